@@ -1,0 +1,5 @@
+// Umbrella header of the flashattn C++ API.
+#pragma once
+
+#include "flashattn/attention.h"
+#include "flashattn/types.h"

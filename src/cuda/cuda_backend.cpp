@@ -1,0 +1,160 @@
+// The CUDA backend: device queries, pointer checks, and the choice of algorithm for a Problem.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "api/backend.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/launch.h"
+
+namespace flashattn::detail {
+namespace {
+
+Status make_context(const Problem& p, cuda::Context* ctx) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return Status::NotSupported("backend cuda: no CUDA device is present");
+  }
+  if (p.device_index < 0 || p.device_index >= count)
+    return Status::Invalid("q: device index " + std::to_string(p.device_index) + " is out of range (" +
+                           std::to_string(count) + " devices)");
+  ctx->device = p.device_index;
+  ctx->stream = static_cast<cudaStream_t>(p.stream);
+  FA_CUDA_RETURN_IF_ERROR(cudaSetDevice(ctx->device));
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, ctx->device));
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&ctx->cc_major, cudaDevAttrComputeCapabilityMajor, ctx->device));
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&ctx->cc_minor, cudaDevAttrComputeCapabilityMinor, ctx->device));
+  int smem = 0;
+  FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, ctx->device));
+  ctx->smem_optin = size_t(smem);
+  return Status::Ok();
+}
+
+using SupportsFn = Status (*)(const Problem&, const cuda::Context&, std::string*);
+
+// The algorithm `auto` resolves to: the fastest built one that accepts the problem.
+Status resolve(const Problem& p, const cuda::Context& ctx, Algorithm* algo, std::string* kernel) {
+  struct Entry {
+    Algorithm algo;
+    SupportsFn fwd;
+    SupportsFn bwd;
+  };
+  static const Entry kEntries[] = {
+      {Algorithm::kFA2, cuda::fa2_supports, cuda::fa2_backward_supports},
+      {Algorithm::kFA1, cuda::fa1_supports, cuda::fa1_supports},
+      {Algorithm::kStandard, cuda::standard_supports, cuda::standard_supports},
+  };
+  if (*algo == Algorithm::kFA3)
+    return Status::NotSupported("algorithm fa3: not built in this version of flashattn");
+  Status first_error;
+  for (const Entry& e : kEntries) {
+    if (*algo != Algorithm::kAuto && *algo != e.algo) continue;
+    Status s = (p.backward ? e.bwd : e.fwd)(p, ctx, kernel);
+    if (s.ok()) {
+      *algo = e.algo;
+      return s;
+    }
+    if (*algo != Algorithm::kAuto) return s;
+    if (first_error.ok()) first_error = s;
+  }
+  return first_error.ok() ? Status::NotSupported("backend cuda: no algorithm accepts this problem") : first_error;
+}
+
+}  // namespace
+
+bool cuda_is_built() { return true; }
+
+int cuda_devices() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+Status cuda_copy_index_to_host(const TensorView& t, std::vector<int32_t>* out) {
+  out->resize(size_t(t.shape[0]));
+  FA_CUDA_RETURN_IF_ERROR(cudaSetDevice(t.device_index));
+  FA_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->data(), t.data, out->size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return Status::Ok();
+}
+
+Status cuda_check_pointer(const char* name, const void* ptr, Device device, int device_index) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    attr.type = cudaMemoryTypeUnregistered;
+  }
+  const bool on_device = attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  if (device == Device::kCUDA) {
+    if (!on_device)
+      return Status::Invalid(std::string(name) + ": declared as CUDA memory but the pointer is host memory");
+    if (attr.type == cudaMemoryTypeDevice && attr.device != device_index)
+      return Status::Invalid(std::string(name) + ": declared on cuda:" + std::to_string(device_index) +
+                             " but the pointer belongs to cuda:" + std::to_string(attr.device));
+  } else if (attr.type == cudaMemoryTypeDevice) {
+    return Status::Invalid(std::string(name) + ": declared as CPU memory but the pointer is CUDA device memory");
+  }
+  return Status::Ok();
+}
+
+Status cuda_check(const Problem& p, RunInfo* info) {
+  cuda::Context ctx;
+  Status s = make_context(p, &ctx);
+  if (!s.ok()) return s;
+  Algorithm algo = p.algorithm;
+  std::string kernel;
+  s = resolve(p, ctx, &algo, &kernel);
+  if (!s.ok()) return s;
+  info->backend = Backend::kCUDA;
+  info->algorithm = algo;
+  info->kernel = kernel;
+  return Status::Ok();
+}
+
+Status cuda_forward(const Problem& p, RunInfo* info) {
+  cuda::Context ctx;
+  Status s = make_context(p, &ctx);
+  if (!s.ok()) return s;
+  switch (info->algorithm) {
+    case Algorithm::kStandard: return cuda::standard_forward(p, ctx);
+    case Algorithm::kFA1: return cuda::fa1_forward(p, ctx);
+    case Algorithm::kFA2: return cuda::fa2_forward(p, ctx);
+    default: return Status::NotSupported(std::string("algorithm ") + to_string(info->algorithm) + ": not built");
+  }
+}
+
+Status cuda_backward(const Problem& p, RunInfo* info) {
+  cuda::Context ctx;
+  Status s = make_context(p, &ctx);
+  if (!s.ok()) return s;
+  switch (info->algorithm) {
+    case Algorithm::kStandard: return cuda::standard_backward(p, ctx);
+    case Algorithm::kFA1: return cuda::fa1_backward(p, ctx);
+    case Algorithm::kFA2: return cuda::fa2_backward(p, ctx);
+    default: return Status::NotSupported(std::string("algorithm ") + to_string(info->algorithm) + ": not built");
+  }
+}
+
+std::vector<Capabilities> cuda_capabilities() {
+  const int devices = cuda_devices();
+  const std::string note = devices > 0 ? std::to_string(devices) + " CUDA device(s)" : "no CUDA device present";
+  auto make = [&](Algorithm algo, std::vector<int> head_dims, int max_hd) {
+    Capabilities c;
+    c.backend = Backend::kCUDA;
+    c.algorithm = algo;
+    c.available = devices > 0;
+    c.note = note;
+    c.dtypes = {DType::kFloat16, DType::kBFloat16};
+    c.head_dims = std::move(head_dims);
+    c.max_head_dim = max_hd;
+    c.backward = c.causal = c.window = c.softcap = c.gqa = c.varlen = true;
+    return c;
+  };
+  return {make(Algorithm::kFA2, {64, 96, 128, 192, 256}, 256), make(Algorithm::kFA1, {}, 128),
+          make(Algorithm::kStandard, {}, 256)};
+}
+
+}  // namespace flashattn::detail
