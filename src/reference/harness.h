@@ -20,6 +20,18 @@ struct HostTensor {
   // the stride of dim ndim-2 grows by pad_last elements), which makes the tensor non-contiguous.
   static HostTensor make(DType dtype, std::vector<int64_t> shape, int64_t pad_last = 0);
 
+  HostTensor() = default;
+  // view.data points into storage: copies re-point it, moves keep the buffer (and the pointer) valid.
+  HostTensor(const HostTensor& o) : storage(o.storage), view(o.view) { view.data = storage.data(); }
+  HostTensor& operator=(const HostTensor& o) {
+    storage = o.storage;
+    view = o.view;
+    view.data = storage.data();
+    return *this;
+  }
+  HostTensor(HostTensor&&) = default;
+  HostTensor& operator=(HostTensor&&) = default;
+
   int64_t numel() const { return view.numel(); }
   double get(int64_t linear) const;   // element at the logical row-major index (honours strides)
   void set(int64_t linear, double value);
@@ -35,16 +47,19 @@ int64_t count_nan(const HostTensor& t);
 // max |a - b| over all elements, with NaN in either giving +inf.
 double max_abs_diff(const HostTensor& got, const std::vector<double>& ref);
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
+// max |a| over the finite elements (the magnitude that scales the absolute floor).
+double max_abs(const std::vector<double>& a);
 
 // The tolerance rule: a kernel passes when its max error against the float64 oracle is at most
-// 2 * (max error of the same-precision naive computation) + floor. NaN never passes.
+// 2 * (max error of the same-precision naive computation) + floor, where the floor is abs_floor(dtype)
+// times max(1, magnitude of the reference values). NaN never passes.
 double abs_floor(DType dtype);
 struct Verdict {
   bool pass = false;
   double error = 0, naive_error = 0, bound = 0;
   std::string describe() const;  // "err 1.2e-3 <= bound 3.0e-3 (naive 1.1e-3)"
 };
-Verdict judge(double error, double naive_error, DType dtype);
+Verdict judge(double error, double naive_error, DType dtype, double magnitude = 1.0);
 
 // A seed taken from FLASHATTN_SEED when set, else from the clock; printed by the callers.
 uint64_t pick_seed();
