@@ -1,0 +1,26 @@
+// The two benchmarks behind `flashattn bench`: the CPU backend beside the machine's SGEMM rate, and the
+// GPU sweep of the FlashAttention papers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashattn/attention.h"
+
+namespace flashattn::cli {
+
+struct BenchOptions {
+  bool gpu = false;
+  bool quick = false;
+  bool ablation = false;
+  std::vector<Algorithm> algorithms;  // GPU: empty = every available CUDA algorithm
+  std::string json_path;              // empty: no JSON; "-": stdout
+  int threads = 0;                    // CPU: worker threads (0 = all)
+  int repeat = 0;                     // timed runs (0 = the benchmark's default)
+  int warmup = -1;                    // untimed runs first (-1 = the benchmark's default)
+};
+
+int bench_cpu(const BenchOptions& options);
+int bench_gpu(const BenchOptions& options);
+
+}  // namespace flashattn::cli

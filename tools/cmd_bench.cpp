@@ -1,0 +1,172 @@
+// `flashattn bench`: option parsing, and the CPU benchmark (fp32 forward GFLOP/s beside the SGEMM rate
+// of the same machine, measured in the same run).
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "api/problem.h"
+#include "attention_case.h"
+#include "bench.h"
+#include "cli_args.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "cpu/cpu_bench.h"
+#include "device_buffers.h"
+#include "json_writer.h"
+
+namespace flashattn::cli {
+namespace {
+
+// Shapes of about a second each on a 2-core machine: batch 1, 8 heads, fp32, non-causal.
+constexpr int64_t kCpuBatch = 1;
+constexpr int64_t kCpuHeads = 8;
+constexpr int64_t kCpuSeqlens[] = {2048, 4096};
+constexpr int64_t kCpuHeadDims[] = {64, 128};
+constexpr int64_t kCpuQuickSeqlen = 2048;
+constexpr int kCpuDefaultRepeat = 3;
+constexpr int kCpuDefaultWarmup = 1;
+// The SGEMM ceiling: square products large enough to run at the BLAS/tile product's full rate.
+constexpr int kSgemmN = 1024;
+constexpr uint64_t kCpuBenchSeed = 1;  // benchmark inputs need not vary between runs
+constexpr double kFlopsPerGiga = 1e9;
+constexpr double kMsPerSecond = 1e3;
+constexpr int kMaxRepeat = 10000;
+
+struct CpuRow {
+  int64_t seqlen = 0, head_dim = 0;
+  double ms = 0, gflops = 0;
+};
+
+}  // namespace
+
+int bench_cpu(const BenchOptions& o) {
+  const int threads = o.threads > 0 ? o.threads : hardware_threads();
+  const int repeat = o.repeat > 0 ? o.repeat : kCpuDefaultRepeat;
+  const int warmup = o.warmup >= 0 ? o.warmup : kCpuDefaultWarmup;
+  Progress progress("bench");
+
+  progress.phase("measuring the SGEMM rate (" + std::to_string(kSgemmN) + "^3, " + std::to_string(threads) +
+                 " threads)");
+  const double sgemm = detail::cpu_sgemm_gflops(threads, kSgemmN);
+  progress.done();
+
+  const std::string model = cpu_model();
+  std::printf("cpu: %s, %d threads; sgemm %d^3: %.1f GFLOP/s\n", model.c_str(), threads, kSgemmN, sgemm);
+  std::printf("%6s %4s %3s %3s %10s %9s %9s\n", "N", "d", "b", "h", "ms", "GFLOP/s", "of sgemm");
+  std::fflush(stdout);
+
+  std::vector<CpuRow> rows;
+  for (int64_t n : kCpuSeqlens) {
+    if (o.quick && n != kCpuQuickSeqlen) continue;
+    for (int64_t d : kCpuHeadDims) {
+      ProblemSpec spec;
+      spec.batch = kCpuBatch;
+      spec.seqlen_q = spec.seqlen_k = n;
+      spec.heads_q = spec.heads_kv = kCpuHeads;
+      spec.head_dim = d;
+      spec.dtype = DType::kFloat32;
+      Target target;
+      target.backend = Backend::kCPU;
+      target.threads = o.threads;
+      ProblemBuffers b;
+      b.create(spec, /*backward=*/false, target);
+      std::mt19937_64 rng(kCpuBenchSeed);
+      b.fill(rng);
+      detail::Problem problem;
+      Status s = detail::make_problem(b.host_args(), &problem);
+      std::vector<double> times;
+      progress.phase("N " + std::to_string(n) + " d " + std::to_string(d));
+      const AttentionArgs args = b.run_args();
+      if (s.ok()) s = time_calls(/*on_gpu=*/false, warmup, repeat, [&] { return forward(args); }, &times);
+      progress.done();
+      if (!s.ok()) {
+        std::fprintf(stderr, "flashattn bench: cpu forward N %lld d %lld: %s\n", (long long)n, (long long)d,
+                     s.to_string().c_str());
+        return kExitFailure;
+      }
+      CpuRow r;
+      r.seqlen = n;
+      r.head_dim = d;
+      r.ms = median(times);
+      r.gflops = problem.forward_flops() / (r.ms / kMsPerSecond) / kFlopsPerGiga;
+      rows.push_back(r);
+      std::printf("%6lld %4lld %3lld %3lld %10.2f %9.1f %8.0f%%\n", (long long)n, (long long)d, (long long)kCpuBatch,
+                  (long long)kCpuHeads, r.ms, r.gflops, sgemm > 0 ? 100.0 * r.gflops / sgemm : 0.0);
+      std::fflush(stdout);
+    }
+  }
+
+  if (o.json_path.empty()) return kExitOk;
+  JsonWriter j;
+  j.begin_object().field("benchmark", "cpu_forward").field("commit", commit_id()).field("date", utc_timestamp());
+  j.key("machine").begin_object().field("cpu", model).field("threads", threads).end_object();
+  j.field("version", version()).field("dtype", "fp32").field("causal", false);
+  j.field("repeat", repeat).field("warmup", warmup);
+  j.key("sgemm").begin_object().field("n", kSgemmN).field("gflops", sgemm).end_object();
+  j.key("rows").begin_array();
+  for (const CpuRow& r : rows) {
+    j.begin_object().field("N", r.seqlen).field("d", r.head_dim).field("b", kCpuBatch).field("h", kCpuHeads);
+    j.field("ms", r.ms).field("gflops", r.gflops).field("ratio_to_sgemm", sgemm > 0 ? r.gflops / sgemm : 0.0);
+    j.end_object();
+  }
+  j.end_array().end_object();
+  std::string error;
+  if (!write_output(o.json_path, j.str() + "\n", &error)) {
+    std::fprintf(stderr, "flashattn bench: %s\n", error.c_str());
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+int cmd_bench(int argc, char** argv, int first) {
+  BenchOptions o;
+  std::string backend = "cpu";
+  ArgParser parser("bench",
+                   "flashattn bench [--backend cpu] [--threads T] [--quick] [--repeat R] [--warmup W] [--json FILE]\n"
+                   "       flashattn bench --gpu [--algo fa2,fa1,standard] [--quick] [--repeat R] [--warmup W]\n"
+                   "                       [--json FILE]\n"
+                   "       flashattn bench --gpu --ablation",
+                   "CPU (default): fp32 forward GFLOP/s at seqlen 2048 and 4096, head_dim 64 and 128 (batch 1,\n"
+                   "8 heads, non-causal), beside this machine's SGEMM rate measured in the same run.\n"
+                   "GPU (--gpu): the FlashAttention papers' sweep in bf16: 16384 tokens (batch = 16384 / seqlen),\n"
+                   "hidden 2048 (heads = 2048 / head_dim), head_dim 64/128/256, seqlen 512..16k, causal and not,\n"
+                   "forward and backward. FLOPs: forward 4*B*H*N*N*d (half for causal), backward 2.5x forward.\n"
+                   "CUDA events, warm-up, median of the timed runs. JSON rows carry the commit, machine and date.");
+  parser.add_custom("backend", "NAME", "cpu or cuda (cuda = --gpu)", "cpu", [&](const std::string& t, std::string* e) {
+    if (t == "cpu" || t == "cuda") {
+      backend = t;
+      return true;
+    }
+    *e = "expects cpu or cuda, got '" + t + "'";
+    return false;
+  });
+  parser.add_flag("gpu", &o.gpu, "run the GPU sweep instead of the CPU benchmark");
+  parser.add_custom("algo", "LIST", "GPU algorithms, comma-separated (fa2,fa1,standard,fa3)\n",
+                    "every available CUDA algorithm",
+                    [&](const std::string& t, std::string* e) { return parse_algorithm_list(t, &o.algorithms, e); });
+  parser.add_flag("quick", &o.quick, "a trimmed sweep (GPU: seqlen 1k/4k/16k, head_dim 64/128; CPU: seqlen 2048)");
+  parser.add_flag("ablation", &o.ablation, "GPU: the fa3 ablation (needs the fa3 kernel)");
+  parser.add_int("threads", &o.threads, "T", "CPU worker threads (0 = all hardware threads)", 0, kMaxThreads);
+  parser.add_int("repeat", &o.repeat, "R", "timed runs per shape (0 = 3 on cpu, 10 on gpu)", 0, kMaxRepeat);
+  parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu)", -1, kMaxRepeat);
+  parser.add_text("json", &o.json_path, "FILE", "also write the results as JSON to FILE ('-' = stdout)");
+  switch (parser.parse(argc, argv, first)) {
+    case ArgParser::Outcome::kHelpShown: return kExitOk;
+    case ArgParser::Outcome::kUsageError: return kExitUsage;
+    case ArgParser::Outcome::kRun: break;
+  }
+  if (backend == "cuda") o.gpu = true;
+  if (!o.gpu && (parser.given("algo") || o.ablation)) {
+    parser.usage_error(std::string("--") + (o.ablation ? "ablation" : "algo") + " applies to the GPU sweep (--gpu)");
+    return kExitUsage;
+  }
+  if (o.gpu && parser.given("threads")) {
+    parser.usage_error("--threads applies to the CPU benchmark only");
+    return kExitUsage;
+  }
+  return o.gpu ? bench_gpu(o) : bench_cpu(o);
+}
+
+}  // namespace flashattn::cli
