@@ -23,7 +23,7 @@ Status cuda_forward(const Problem& p, RunInfo* info);
 Status cuda_backward(const Problem& p, RunInfo* info);
 std::vector<Capabilities> cuda_capabilities();
 // Copies a small int32 index tensor in device memory to the host (for validating varlen offsets).
-Status cuda_copy_index_to_host(const TensorView& t, std::vector<int32_t>* out);
+Status cuda_copy_index_to_host(const TensorView& t, void* stream, std::vector<int32_t>* out);
 // Checks that `ptr` is memory of the given kind (device memory of device_index, or host memory).
 Status cuda_check_pointer(const char* name, const void* ptr, Device device, int device_index);
 

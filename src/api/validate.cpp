@@ -80,7 +80,8 @@ Strided strided(const TensorView& t, bool varlen) {
   return s;
 }
 
-Status read_cu_seqlens(const char* name, const TensorView& cu, const TensorView& q, std::vector<int32_t>* out) {
+Status read_cu_seqlens(const char* name, const TensorView& cu, const TensorView& q, void* stream,
+                       std::vector<int32_t>* out) {
   if (!cu.present()) return invalid(name, ": is required for varlen but absent");
   if (cu.ndim != 1) return invalid(name, ": expected 1 dimension [batch + 1], got ", cu.ndim);
   if (cu.dtype != DType::kInt32) return invalid(name, ": dtype must be int32, got ", to_string(cu.dtype));
@@ -93,7 +94,7 @@ Status read_cu_seqlens(const char* name, const TensorView& cu, const TensorView&
     out->assign(p, p + cu.shape[0]);
     return Status::Ok();
   }
-  return cuda_copy_index_to_host(cu, out);
+  return cuda_copy_index_to_host(cu, stream, out);
 }
 
 Status check_cu_values(const char* name, const std::vector<int32_t>& cu, int64_t total, int64_t max_seqlen,
@@ -152,8 +153,8 @@ Status fill_common(const AttentionArgs& a, Problem* p) {
     return invalid("k: heads_q (", p->heads_q, ") must be a multiple of heads_kv (", p->heads_kv, ") for GQA/MQA");
 
   if (varlen) {
-    FA_RETURN_IF_ERROR(read_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, a.q, &p->cu_q));
-    FA_RETURN_IF_ERROR(read_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, a.q, &p->cu_k));
+    FA_RETURN_IF_ERROR(read_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, a.q, a.stream, &p->cu_q));
+    FA_RETURN_IF_ERROR(read_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, a.q, a.stream, &p->cu_k));
     if (p->cu_q.size() != p->cu_k.size())
       return invalid("cu_seqlens_k: has ", p->cu_k.size(), " entries but cu_seqlens_q has ", p->cu_q.size(),
                      "; both must be [batch + 1]");

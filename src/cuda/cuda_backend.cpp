@@ -10,6 +10,26 @@
 namespace flashattn::detail {
 namespace {
 
+// Makes `device` current for one call and restores the caller's current device afterwards: frameworks
+// (torch on several GPUs) keep their own notion of the current device and do not expect a library to move it.
+class DeviceGuard {
+ public:
+  DeviceGuard() {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      cudaGetLastError();
+      previous_ = -1;
+    }
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 Status make_context(const Problem& p, cuda::Context* ctx) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -74,10 +94,16 @@ int cuda_devices() {
   return count;
 }
 
-Status cuda_copy_index_to_host(const TensorView& t, std::vector<int32_t>* out) {
+Status cuda_copy_index_to_host(const TensorView& t, void* stream, std::vector<int32_t>* out) {
+  DeviceGuard guard;
   out->resize(size_t(t.shape[0]));
   FA_CUDA_RETURN_IF_ERROR(cudaSetDevice(t.device_index));
-  FA_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->data(), t.data, out->size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  // On the caller's stream: the offsets may have just been written there (a non-blocking stream would not
+  // be ordered with a plain cudaMemcpy on the legacy default stream).
+  auto s = static_cast<cudaStream_t>(stream);
+  FA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(out->data(), t.data, out->size() * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  FA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   return Status::Ok();
 }
 
@@ -101,6 +127,7 @@ Status cuda_check_pointer(const char* name, const void* ptr, Device device, int 
 }
 
 Status cuda_check(const Problem& p, RunInfo* info) {
+  DeviceGuard guard;
   cuda::Context ctx;
   Status s = make_context(p, &ctx);
   if (!s.ok()) return s;
@@ -115,6 +142,7 @@ Status cuda_check(const Problem& p, RunInfo* info) {
 }
 
 Status cuda_forward(const Problem& p, RunInfo* info) {
+  DeviceGuard guard;
   cuda::Context ctx;
   Status s = make_context(p, &ctx);
   if (!s.ok()) return s;
@@ -127,6 +155,7 @@ Status cuda_forward(const Problem& p, RunInfo* info) {
 }
 
 Status cuda_backward(const Problem& p, RunInfo* info) {
+  DeviceGuard guard;
   cuda::Context ctx;
   Status s = make_context(p, &ctx);
   if (!s.ok()) return s;

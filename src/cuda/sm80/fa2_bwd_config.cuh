@@ -1,0 +1,154 @@
+// Tile shapes, warp grids and shared-memory layouts of the FA2 backward kernels (sm80+), and the
+// workspace the passes share.
+//
+// Two kernels do the heavy work:
+//   dK/dV kernel (KV-parallel, fa2_bwd_dkdv.cuh): a CTA owns kBlockN keys of one KV head and loops over the
+//     query tiles (of every query head of its GQA group) that can see them; dK and dV stay in registers.
+//     In the default mode it also adds dS K into an fp32 dQ accumulator with atomics.
+//   dQ kernel (Q-parallel, fa2_bwd_dq.cuh): deterministic mode only; a CTA owns kBlockM query rows and loops
+//     over the KV tiles in a fixed order, so dQ needs no atomics.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace flashattn::cuda::fa2_bwd {
+
+// Shared-memory tiles of 16-bit elements are padded by 16 bytes per row: with a row stride of
+// 2*cols + 16 bytes, the 8 row addresses of one ldmatrix 8x8 matrix fall in 8 different 16-byte bank
+// groups for every column count used here (64..256), so ldmatrix and the fragment stores are
+// conflict-free. An XOR swizzle would not cover 96 and 192 columns (not a power of two of chunks).
+constexpr int kSmemPad = 8;  // elements
+constexpr int kChunkElems = 8;  // 16-bit elements per 16-byte cp.async chunk
+constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
+constexpr int kWarpSize = 32;
+
+// Rows of the per-row workspaces (LSE in log2 units, D = rowsum(dO * O)) are padded to a multiple of
+// this, so every query tile can load its rows with whole 16-byte copies and no bounds check.
+constexpr int kRowAlign = 64;
+
+template <typename T>
+constexpr const char* dtype_tag();
+template <>
+constexpr const char* dtype_tag<__half>() { return "fp16"; }
+template <>
+constexpr const char* dtype_tag<__nv_bfloat16>() { return "bf16"; }
+
+// The KV-parallel dK/dV (+ atomic dQ) kernel.
+// Measured on the H200 (d = 128, bf16, seqlen 8192): the kernel is latency-bound, not bandwidth-bound:
+// dK/dV in registers cost 255 registers per thread, hence 1 CTA (8 warps) per SM; the tensor pipe is
+// ~28% busy, shared memory ~49%, and the dQ atomics take ~20% of the time. Warp-grid shape moves it by
+// ~2%; more warps in flight or deeper fragment prefetch is where the remaining speed is.
+template <typename T_, int kHeadDim_>
+struct DkdvConfig {
+  using T = T_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;  // query rows per inner tile
+  // 128 keys per CTA keeps dK and dV (2 * 128 * d fp32) at <= 128 registers per thread up to d = 128;
+  // larger head dims halve the KV tile to stay spill-free.
+  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kStages = 2;  // query-side tiles (Q, dO, LSE, D) are double-buffered
+
+  // Warp grids of the three products. Each names how many warps split the rows; the others split the
+  // columns. Square-ish warp tiles (32 x 32, 32 x 64) read the fewest operand bytes from shared memory per
+  // mma, which is what bounds this kernel; 96 columns cannot split in four 16-column pairs, hence its dQ grid.
+  // S = Q K^T and dP = dO V^T (kBlockM x kBlockN).
+  static constexpr int kSWarpsM = 2;
+  static constexpr int kSWarpsN = kWarps / kSWarpsM;
+  static constexpr int kSRowTiles = kBlockM / kSWarpsM / kMmaM;
+  static constexpr int kSColTiles = kBlockN / kSWarpsN / kMmaN;
+  // dV = P^T dO and dK = dS^T Q (kBlockN x kHeadDim).
+  static constexpr int kKvWarpsN = kBlockN == 128 ? 4 : 2;
+  static constexpr int kKvWarpsD = kWarps / kKvWarpsN;
+  static constexpr int kKvRowTiles = kBlockN / kKvWarpsN / kMmaM;
+  static constexpr int kKvColTiles = kHeadDim / kKvWarpsD / kMmaN;
+  // dQ = dS K (kBlockM x kHeadDim).
+  static constexpr int kQWarpsM = kHeadDim == 96 ? 4 : 2;
+  static constexpr int kQWarpsD = kWarps / kQWarpsM;
+  static constexpr int kQRowTiles = kBlockM / kQWarpsM / kMmaM;
+  static constexpr int kQColTiles = kHeadDim / kQWarpsD / kMmaN;
+
+  // Accumulators live at once: dK + dV always, S (as P * softcap') + dP in the second product of a tile,
+  // dQ in the last. Above kTileRegBudget next to dK/dV, dP or dQ is formed in two column passes (each
+  // pass reloads its A fragments) so the kernel stays spill-free.
+  static constexpr int kTileRegBudget = 160;
+  static constexpr int kDkdvRegs = 2 * kKvRowTiles * kKvColTiles * 4;
+  static constexpr int kSRegs = kSRowTiles * kSColTiles * 4;
+  static constexpr int kQRegs = kQRowTiles * kQColTiles * 4;
+  static constexpr int kDpPasses = kDkdvRegs + 2 * kSRegs > kTileRegBudget && kSColTiles % 4 == 0 ? 2 : 1;
+  static constexpr int kQPasses = kDkdvRegs + kQRegs > kTileRegBudget && kQColTiles % 4 == 0 ? 2 : 1;
+
+  static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32 (whole 16-byte chunks per thread)");
+  static_assert(kSRowTiles * kSWarpsM * kMmaM == kBlockM && kSColTiles * kSWarpsN * kMmaN == kBlockN &&
+                    kSColTiles % 2 == 0,
+                "S warp grid must tile kBlockM x kBlockN in 16-column pairs");
+  static_assert(kKvRowTiles * kKvWarpsN * kMmaM == kBlockN && kKvColTiles * kKvWarpsD * kMmaN == kHeadDim &&
+                    kKvColTiles % 2 == 0,
+                "dK/dV warp grid must tile kBlockN x kHeadDim in 16-column pairs");
+  static_assert(kQRowTiles * kQWarpsM * kMmaM == kBlockM && kQColTiles * kQWarpsD * kMmaN == kHeadDim &&
+                    kQColTiles % 2 == 0,
+                "dQ warp grid must tile kBlockM x kHeadDim in 16-column pairs");
+  static_assert((kBlockM * kHeadDim / kChunkElems) % kThreads == 0, "Q/dO tiles must split evenly over threads");
+  static_assert((kBlockN * kHeadDim / kChunkElems) % kThreads == 0, "K/V tiles must split evenly over threads");
+  static_assert(kBlockM % kRowAlign == 0 || kRowAlign % kBlockM == 0, "row padding must cover whole tiles");
+
+  static constexpr int kStrideD = kHeadDim + kSmemPad;  // row stride of Q, dO, K, V tiles (elements)
+  static constexpr int kStrideN = kBlockN + kSmemPad;   // row stride of P, dS tiles
+  static constexpr int kKvTileBytes = kBlockN * kStrideD * 2;
+  static constexpr int kQTileBytes = kBlockM * kStrideD * 2;
+  static constexpr int kPTileBytes = kBlockM * kStrideN * 2;
+  static constexpr int kRowVecBytes = kBlockM * 4;
+  // Byte offsets into dynamic shared memory; every one is a multiple of 16.
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + kKvTileBytes;
+  static constexpr int kOffQ = kOffV + kKvTileBytes;
+  static constexpr int kOffDo = kOffQ + kStages * kQTileBytes;
+  static constexpr int kOffP = kOffDo + kStages * kQTileBytes;
+  static constexpr int kOffDs = kOffP + kPTileBytes;
+  static constexpr int kOffLse = kOffDs + kPTileBytes;
+  static constexpr int kOffDelta = kOffLse + kStages * kRowVecBytes;
+  static constexpr int kSmemBytes = kOffDelta + kStages * kRowVecBytes;
+  static_assert(kKvTileBytes % 16 == 0 && kQTileBytes % 16 == 0 && kPTileBytes % 16 == 0, "16-byte alignment");
+};
+
+// The Q-parallel dQ kernel of deterministic mode: FA2-forward-like, each warp owns 16 query rows, so
+// P and dS never leave registers.
+template <typename T_, int kHeadDim_>
+struct DqConfig {
+  using T = T_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;  // keeps S, dP and dQ spill-free at d = 256
+  static constexpr int kWarps = kBlockM / kMmaM;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kStages = 2;  // K/V tiles are double-buffered
+  static constexpr int kSTiles = kBlockN / kMmaN;
+  static constexpr int kQTiles = kHeadDim / kMmaN;
+  static_assert(kSTiles % 2 == 0 && kQTiles % 2 == 0, "fragment loads cover pairs of 8-column tiles");
+  static_assert((kBlockM * kHeadDim / kChunkElems) % kThreads == 0, "Q/dO tiles must split evenly over threads");
+  static_assert((kBlockN * kHeadDim / kChunkElems) % kThreads == 0, "K/V tiles must split evenly over threads");
+  static_assert(kRowAlign % kBlockM == 0, "row padding must cover whole tiles");
+
+  static constexpr int kStrideD = kHeadDim + kSmemPad;
+  static constexpr int kQTileBytes = kBlockM * kStrideD * 2;
+  static constexpr int kKvTileBytes = kBlockN * kStrideD * 2;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffDo = kOffQ + kQTileBytes;
+  static constexpr int kOffK = kOffDo + kQTileBytes;
+  static constexpr int kOffV = kOffK + kStages * kKvTileBytes;
+  static constexpr int kSmemBytes = kOffV + kStages * kKvTileBytes;
+};
+
+// Device buffers shared by the passes of one backward call (allocated stream-ordered per call).
+struct Workspace {
+  float* dq_accum = nullptr;  // [total_q, heads_q, head_dim] fp32; nullptr in deterministic mode
+  float* lse_log2 = nullptr;  // [batch, heads_q, rows_pad]: LSE * log2(e); +inf where P must be 0
+  float* delta = nullptr;     // [batch, heads_q, rows_pad]: D = rowsum(dO * O); 0 on padding rows
+  int rows_pad = 0;           // seqlen_q rounded up to kRowAlign
+};
+
+}  // namespace flashattn::cuda::fa2_bwd

@@ -1,0 +1,246 @@
+// The KV-parallel FA2 backward kernel (Algorithm 2 of the FlashAttention-2 paper) on mma.sync.
+//
+// Grid (KV tiles, heads_kv, batch). A CTA keeps dK and dV of its kBlockN keys in registers and walks every
+// query tile that can see them, for every query head of its GQA group (so dK/dV of a KV head sum over the
+// group without atomics and without a copy of K/V). Per query tile:
+//   S  = Q K^T,  dP = dO V^T                     (warps split the kBlockM x kBlockN tile)
+//   P  = exp2(S * scale * log2e - LSE * log2e),  dS = P * (dP - D) [* softcap'(.)]   -> shared memory
+//   dV += P^T dO,  dK += dS^T Q                   (warps split kBlockN x head_dim; ldmatrix.trans operands)
+//   dQ += dS K  into the fp32 accumulator with atomics (default mode only; see fa2_bwd_dq.cuh)
+// Q, dO and the per-row LSE and D of the next tile load with cp.async while the current one computes.
+#pragma once
+
+#include "cuda/sm80/fa2_bwd_tile.cuh"
+
+namespace flashattn::cuda::fa2_bwd {
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams a, const Workspace ws,
+                                                                 const bool accumulate_dq) {
+  using T = typename Cfg::T;
+  constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* const sK = reinterpret_cast<T*>(smem + Cfg::kOffK);
+  T* const sV = reinterpret_cast<T*>(smem + Cfg::kOffV);
+  T* const sP = reinterpret_cast<T*>(smem + Cfg::kOffP);
+  T* const sDs = reinterpret_cast<T*>(smem + Cfg::kOffDs);
+
+  const int n_block = blockIdx.x, kv_head = blockIdx.y, b = blockIdx.z;
+  const int len_q = a.len_q(b), len_k = a.len_k(b);
+  const int n0 = n_block * kN;
+  if (n0 >= len_k) return;  // past the end of a shorter varlen sequence: no keys, nothing to write
+  const int keys_valid = min(kN, len_k - n0);
+
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int g = lane / 4, t4 = lane % 4;  // fragment row group and column pair (ptx_sm80.cuh)
+  const core::MaskSpec kv_mask = a.mask(b);
+
+  const int group = a.heads_q / a.heads_kv;
+  const RowRange rows = query_rows_seeing(kv_mask, n0, n0 + keys_valid);
+  const int m_first = rows.first < rows.last ? int(rows.first / kM) : 0;
+  const int m_count = rows.first < rows.last ? int((rows.last + kM - 1) / kM) - m_first : 0;
+  const int num_tiles = group * m_count;
+
+  // This warp's block origin in each of the three warp grids (Cfg).
+  const int s_row = (warp % Cfg::kSWarpsM) * Cfg::kSRowTiles * kMmaM;
+  const int s_col = (warp / Cfg::kSWarpsM) * Cfg::kSColTiles * kMmaN;
+  const int kv_row = (warp % Cfg::kKvWarpsN) * Cfg::kKvRowTiles * kMmaM;
+  const int kv_col = (warp / Cfg::kKvWarpsN) * Cfg::kKvColTiles * kMmaN;
+  const int q_row = (warp % Cfg::kQWarpsM) * Cfg::kQRowTiles * kMmaM;
+  const int q_col = (warp / Cfg::kQWarpsM) * Cfg::kQColTiles * kMmaN;
+
+  float dk[Cfg::kKvRowTiles][Cfg::kKvColTiles][4], dv[Cfg::kKvRowTiles][Cfg::kKvColTiles][4];
+  zero(dk);
+  zero(dv);
+
+  // Issues the cp.async loads of query tile `it` (head, row block flattened) into stage `st`.
+  auto load_query_tile = [&](int it, int st) {
+    const int h = kv_head * group + it / m_count;
+    const int m0 = (m_first + it % m_count) * kM;
+    const int64_t row0 = int64_t(a.q_offset(b)) + m0;
+    const T* q = static_cast<const T*>(a.q.ptr) + b * a.q.batch_stride + row0 * a.q.row_stride + h * a.q.head_stride;
+    const T* dout = static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride + row0 * a.dout.row_stride +
+                    h * a.dout.head_stride;
+    T* sQ = reinterpret_cast<T*>(smem + Cfg::kOffQ + st * Cfg::kQTileBytes);
+    T* sDo = reinterpret_cast<T*>(smem + Cfg::kOffDo + st * Cfg::kQTileBytes);
+    load_tile_async<kM, kD, Cfg::kThreads>(sQ, q, a.q.row_stride, len_q - m0, tid);
+    load_tile_async<kM, kD, Cfg::kThreads>(sDo, dout, a.dout.row_stride, len_q - m0, tid);
+    const int64_t vec = row_vec_base(a, ws, b, h) + m0;  // rows_pad covers the whole tile
+    load_row_vec_async<kM>(reinterpret_cast<float*>(smem + Cfg::kOffLse + st * Cfg::kRowVecBytes), ws.lse_log2 + vec,
+                           tid);
+    load_row_vec_async<kM>(reinterpret_cast<float*>(smem + Cfg::kOffDelta + st * Cfg::kRowVecBytes), ws.delta + vec,
+                           tid - kM / kFloatsPerChunk);  // the next threads copy D
+  };
+
+  if (num_tiles > 0) {
+    const int64_t krow0 = int64_t(a.k_offset(b)) + n0;
+    load_tile_async<kN, kD, Cfg::kThreads>(sK,
+                                           static_cast<const T*>(a.k.ptr) + b * a.k.batch_stride +
+                                               krow0 * a.k.row_stride + kv_head * a.k.head_stride,
+                                           a.k.row_stride, keys_valid, tid);
+    load_tile_async<kN, kD, Cfg::kThreads>(sV,
+                                           static_cast<const T*>(a.v.ptr) + b * a.v.batch_stride +
+                                               krow0 * a.v.row_stride + kv_head * a.v.head_stride,
+                                           a.v.row_stride, keys_valid, tid);
+    load_query_tile(0, 0);
+    cp_async_commit();
+  }
+
+  for (int it = 0; it < num_tiles; ++it) {
+    const int st = it % Cfg::kStages;
+    // The other stage was last read in iteration it - 1, which ended with a barrier: safe to refill.
+    if (it + 1 < num_tiles) load_query_tile(it + 1, (it + 1) % Cfg::kStages);
+    cp_async_commit();    // possibly empty: keeps "all but the newest group" = this tile
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const int h = kv_head * group + it / m_count;
+    const int m0 = (m_first + it % m_count) * kM;
+    const T* sQ = reinterpret_cast<const T*>(smem + Cfg::kOffQ + st * Cfg::kQTileBytes);
+    const T* sDo = reinterpret_cast<const T*>(smem + Cfg::kOffDo + st * Cfg::kQTileBytes);
+    const float* sLse = reinterpret_cast<const float*>(smem + Cfg::kOffLse + st * Cfg::kRowVecBytes);
+    const float* sDelta = reinterpret_cast<const float*>(smem + Cfg::kOffDelta + st * Cfg::kRowVecBytes);
+
+    // ---- S = Q K^T -> P (to shared memory) and P * softcap'; dP = dO V^T -> dS (to shared memory) ----
+    {
+      float s[Cfg::kSRowTiles][Cfg::kSColTiles][4];
+      zero(s);
+      warp_mma<T, Cfg::kSRowTiles, Cfg::kSColTiles, kD / kMmaK>(
+          s, [&](uint32_t(&f)[4], int mt, int kk) { load_a(f, sQ, Cfg::kStrideD, s_row + mt * kMmaM, kk * kMmaK, lane); },
+          [&](uint32_t(&f)[2][2], int np, int kk) {
+            load_b_nk(f, sK, Cfg::kStrideD, s_col + np * 2 * kMmaN, kk * kMmaK, lane);
+          });
+      // Fragment element e of tile (mt, nt) sits at row s_row + 16 mt + g + 8 (e / 2), column
+      // s_col + 8 nt + 2 t4 + e % 2. Only tiles that cross the mask boundary (or the end of the keys) pay
+      // for per-element tests. S is overwritten with P * softcap' to keep the register budget.
+      // The mask and the score constants are rebuilt here from the kernel parameters (constant bank)
+      // rather than kept live across the loop: registers are the scarce resource of this kernel.
+      const core::MaskSpec mask = core::MaskSpec::make(len_q, len_k, a.causal, a.window_left, a.window_right);
+      const ScoreMath math = ScoreMath::make(a);
+      const bool boundary = !mask.tile_fully_visible(m0, min(m0 + kM, len_q), n0, n0 + kN);
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kSRowTiles; ++mt) {
+        const int r_lo = s_row + mt * kMmaM + g, r_hi = r_lo + 8;
+        const float lse_lo = sLse[r_lo], lse_hi = sLse[r_hi];
+        const RowKeys keys_lo = RowKeys::of(mask, m0 + r_lo), keys_hi = RowKeys::of(mask, m0 + r_hi);
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kSColTiles; ++nt) {
+          const int col = s_col + nt * kMmaN + 2 * t4;
+          float p[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const bool hi = e >= 2;
+            const bool visible = !boundary || (hi ? keys_hi : keys_lo).sees(n0 + col + e % 2);
+            p[e] = math.p_of(s[mt][nt][e], hi ? lse_hi : lse_lo, visible, &s[mt][nt][e]);
+          }
+          *reinterpret_cast<uint32_t*>(sP + r_lo * Cfg::kStrideN + col) = pack2<T>(p[0], p[1]);
+          *reinterpret_cast<uint32_t*>(sP + r_hi * Cfg::kStrideN + col) = pack2<T>(p[2], p[3]);
+        }
+      }
+
+#pragma unroll
+      for (int pass = 0; pass < Cfg::kDpPasses; ++pass) {
+        constexpr int kTiles = Cfg::kSColTiles / Cfg::kDpPasses;
+        const int col0 = s_col + pass * kTiles * kMmaN;
+        float dp[Cfg::kSRowTiles][kTiles][4];
+        zero(dp);
+        warp_mma<T, Cfg::kSRowTiles, kTiles, kD / kMmaK>(
+            dp,
+            [&](uint32_t(&f)[4], int mt, int kk) {
+              load_a(f, sDo, Cfg::kStrideD, s_row + mt * kMmaM, kk * kMmaK, lane);
+            },
+            [&](uint32_t(&f)[2][2], int np, int kk) {
+              load_b_nk(f, sV, Cfg::kStrideD, col0 + np * 2 * kMmaN, kk * kMmaK, lane);
+            });
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kSRowTiles; ++mt) {
+          const int r_lo = s_row + mt * kMmaM + g, r_hi = r_lo + 8;
+          const float d_lo = sDelta[r_lo], d_hi = sDelta[r_hi];
+#pragma unroll
+          for (int nt = 0; nt < kTiles; ++nt) {
+            const int col = col0 + nt * kMmaN + 2 * t4;
+            const float* pg = s[mt][pass * kTiles + nt];
+            const float* dpv = dp[mt][nt];
+            *reinterpret_cast<uint32_t*>(sDs + r_lo * Cfg::kStrideN + col) =
+                pack2<T>(pg[0] * (dpv[0] - d_lo), pg[1] * (dpv[1] - d_lo));
+            *reinterpret_cast<uint32_t*>(sDs + r_hi * Cfg::kStrideN + col) =
+                pack2<T>(pg[2] * (dpv[2] - d_hi), pg[3] * (dpv[3] - d_hi));
+          }
+        }
+      }
+    }
+    __syncthreads();  // P and dS complete before any warp reads them transposed
+
+    // ---- dV += P^T dO, dK += dS^T Q ----
+    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK>(
+        dv,
+        [&](uint32_t(&f)[4], int mt, int kk) {
+          load_a_trans(f, sP, Cfg::kStrideN, kk * kMmaK, kv_row + mt * kMmaM, lane);
+        },
+        [&](uint32_t(&f)[2][2], int np, int kk) {
+          load_b_kn(f, sDo, Cfg::kStrideD, kk * kMmaK, kv_col + np * 2 * kMmaN, lane);
+        });
+    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK>(
+        dk,
+        [&](uint32_t(&f)[4], int mt, int kk) {
+          load_a_trans(f, sDs, Cfg::kStrideN, kk * kMmaK, kv_row + mt * kMmaM, lane);
+        },
+        [&](uint32_t(&f)[2][2], int np, int kk) {
+          load_b_kn(f, sQ, Cfg::kStrideD, kk * kMmaK, kv_col + np * 2 * kMmaN, lane);
+        });
+
+    // ---- dQ += dS K (unscaled) into the fp32 accumulator ----
+    if (accumulate_dq) {
+#pragma unroll
+      for (int pass = 0; pass < Cfg::kQPasses; ++pass) {
+        constexpr int kTiles = Cfg::kQColTiles / Cfg::kQPasses;
+        const int col0 = q_col + pass * kTiles * kMmaN;
+        float dq[Cfg::kQRowTiles][kTiles][4];
+        zero(dq);
+        warp_mma<T, Cfg::kQRowTiles, kTiles, kN / kMmaK>(
+            dq,
+            [&](uint32_t(&f)[4], int mt, int kk) {
+              load_a(f, sDs, Cfg::kStrideN, q_row + mt * kMmaM, kk * kMmaK, lane);
+            },
+            [&](uint32_t(&f)[2][2], int np, int kk) {
+              load_b_kn(f, sK, Cfg::kStrideD, kk * kMmaK, col0 + np * 2 * kMmaN, lane);
+            });
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kQRowTiles; ++mt) {
+          const int r_lo = m0 + q_row + mt * kMmaM + g, r_hi = r_lo + 8;
+          // Padding rows carry dS = 0 but belong to the next sequence (varlen) or to nothing: never add them.
+          float* const acc_lo = ws.dq_accum + (packed_q_row(a, b, r_lo) * a.heads_q + h) * kD + col0 + 2 * t4;
+          float* const acc_hi = acc_lo + int64_t(8) * a.heads_q * kD;
+#pragma unroll
+          for (int nt = 0; nt < kTiles; ++nt) {
+            if (r_lo < len_q) atomic_add2(acc_lo + nt * kMmaN, dq[mt][nt][0], dq[mt][nt][1]);
+            if (r_hi < len_q) atomic_add2(acc_hi + nt * kMmaN, dq[mt][nt][2], dq[mt][nt][3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with this stage and with P/dS before they are overwritten
+  }
+
+  // ---- Epilogue: dK * scale and dV in the input dtype (keys past the end are not written) ----
+  const int64_t krow0 = int64_t(a.k_offset(b)) + n0;
+  T* dk_out = static_cast<T*>(a.dk.ptr) + b * a.dk.batch_stride + krow0 * a.dk.row_stride + kv_head * a.dk.head_stride;
+  T* dv_out = static_cast<T*>(a.dv.ptr) + b * a.dv.batch_stride + krow0 * a.dv.row_stride + kv_head * a.dv.head_stride;
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kKvRowTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = kv_row + mt * kMmaM + g + 8 * half;
+      if (r >= keys_valid) continue;
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kKvColTiles; ++nt) {
+        const int col = kv_col + nt * kMmaN + 2 * t4;
+        *reinterpret_cast<uint32_t*>(dk_out + r * a.dk.row_stride + col) =
+            pack2<T>(dk[mt][nt][2 * half] * a.scale, dk[mt][nt][2 * half + 1] * a.scale);
+        *reinterpret_cast<uint32_t*>(dv_out + r * a.dv.row_stride + col) =
+            pack2<T>(dv[mt][nt][2 * half], dv[mt][nt][2 * half + 1]);
+      }
+    }
+}
+
+}  // namespace flashattn::cuda::fa2_bwd

@@ -1,0 +1,159 @@
+// The Q-parallel dQ kernel of deterministic mode.
+//
+// In the default mode dQ is summed over KV tiles with fp32 atomics, whose order varies run to run. For
+// bitwise-reproducible gradients the dK/dV kernel skips dQ and this kernel forms it instead: a CTA owns
+// kBlockM query rows of one head and walks the KV tiles in ascending order, recomputing S, P, dP and dS
+// (each warp owns 16 rows, so P and dS stay in registers, as in the FA2 forward) and accumulating
+// dQ = dS K in registers; dq is written once, scaled, in the input dtype.
+// Cost: S and dP are computed twice (here and in the dK/dV kernel), i.e. 7 instead of 5 matmuls of the
+// same size, about 1.4x the FLOPs of the default mode, and no dQ accumulator traffic.
+#pragma once
+
+#include "cuda/sm80/fa2_bwd_tile.cuh"
+
+namespace flashattn::cuda::fa2_bwd {
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a, const Workspace ws) {
+  using T = typename Cfg::T;
+  constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* const sQ = reinterpret_cast<T*>(smem + Cfg::kOffQ);
+  T* const sDo = reinterpret_cast<T*>(smem + Cfg::kOffDo);
+
+  const int m_block = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int len_q = a.len_q(b), len_k = a.len_k(b);
+  const int m0 = m_block * kM;
+  if (m0 >= len_q) return;
+  const int rows_valid = min(kM, len_q - m0);
+  const int kv_head = h / (a.heads_q / a.heads_kv);
+
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int g = lane / 4, t4 = lane % 4;
+  const int w_row = warp * kMmaM;
+  const core::MaskSpec mask = a.mask(b);
+  const ScoreMath math = ScoreMath::make(a);
+  const core::BlockRange blocks = core::kv_block_range(mask, m0, m0 + rows_valid, kN);
+
+  const int r_lo = w_row + g, r_hi = r_lo + 8;
+  const int64_t vec = row_vec_base(a, ws, b, h) + m0;  // rows_pad covers the whole tile
+  const float lse_lo = ws.lse_log2[vec + r_lo], lse_hi = ws.lse_log2[vec + r_hi];
+  const float d_lo = ws.delta[vec + r_lo], d_hi = ws.delta[vec + r_hi];
+  const RowKeys keys_lo = RowKeys::of(mask, m0 + r_lo), keys_hi = RowKeys::of(mask, m0 + r_hi);
+
+  float dq[Cfg::kQTiles][4];
+#pragma unroll
+  for (int i = 0; i < Cfg::kQTiles; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq[i][e] = 0.0f;
+
+  const int64_t krow_base = a.k_offset(b);
+  auto load_kv_tile = [&](int n_block, int st) {
+    const int n0 = n_block * kN;
+    const int64_t krow0 = krow_base + n0;
+    T* sK = reinterpret_cast<T*>(smem + Cfg::kOffK + st * Cfg::kKvTileBytes);
+    T* sV = reinterpret_cast<T*>(smem + Cfg::kOffV + st * Cfg::kKvTileBytes);
+    load_tile_async<kN, kD, Cfg::kThreads>(
+        sK, static_cast<const T*>(a.k.ptr) + b * a.k.batch_stride + krow0 * a.k.row_stride + kv_head * a.k.head_stride,
+        a.k.row_stride, len_k - n0, tid);
+    load_tile_async<kN, kD, Cfg::kThreads>(
+        sV, static_cast<const T*>(a.v.ptr) + b * a.v.batch_stride + krow0 * a.v.row_stride + kv_head * a.v.head_stride,
+        a.v.row_stride, len_k - n0, tid);
+  };
+
+  if (!blocks.empty()) {
+    const int64_t qrow0 = int64_t(a.q_offset(b)) + m0;
+    load_tile_async<kM, kD, Cfg::kThreads>(
+        sQ, static_cast<const T*>(a.q.ptr) + b * a.q.batch_stride + qrow0 * a.q.row_stride + h * a.q.head_stride,
+        a.q.row_stride, rows_valid, tid);
+    load_tile_async<kM, kD, Cfg::kThreads>(sDo,
+                                           static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride +
+                                               qrow0 * a.dout.row_stride + h * a.dout.head_stride,
+                                           a.dout.row_stride, rows_valid, tid);
+    load_kv_tile(int(blocks.first), 0);
+    cp_async_commit();
+  }
+
+  // Fixed ascending order over the KV tiles: the summation order of dQ never depends on scheduling.
+  for (int n_block = int(blocks.first); n_block < int(blocks.last); ++n_block) {
+    const int st = (n_block - int(blocks.first)) % Cfg::kStages;
+    // The other stage was last read in the previous iteration, which ended with a barrier.
+    if (n_block + 1 < int(blocks.last)) load_kv_tile(n_block + 1, (st + 1) % Cfg::kStages);
+    cp_async_commit();  // possibly empty: keeps "all but the newest group" = this tile
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const int n0 = n_block * kN;
+    const T* sK = reinterpret_cast<const T*>(smem + Cfg::kOffK + st * Cfg::kKvTileBytes);
+    const T* sV = reinterpret_cast<const T*>(smem + Cfg::kOffV + st * Cfg::kKvTileBytes);
+
+    float s[Cfg::kSTiles][4], dp[Cfg::kSTiles][4];
+#pragma unroll
+    for (int i = 0; i < Cfg::kSTiles; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kD / kMmaK; ++kk) {
+      uint32_t aq[4], ado[4];
+      load_a(aq, sQ, Cfg::kStrideD, w_row, kk * kMmaK, lane);
+      load_a(ado, sDo, Cfg::kStrideD, w_row, kk * kMmaK, lane);
+#pragma unroll
+      for (int np = 0; np < Cfg::kSTiles / 2; ++np) {
+        uint32_t bk[2][2], bv[2][2];
+        load_b_nk(bk, sK, Cfg::kStrideD, np * 2 * kMmaN, kk * kMmaK, lane);
+        load_b_nk(bv, sV, Cfg::kStrideD, np * 2 * kMmaN, kk * kMmaK, lane);
+        mma_16816<T>(s[2 * np], aq, bk[0]);
+        mma_16816<T>(s[2 * np + 1], aq, bk[1]);
+        mma_16816<T>(dp[2 * np], ado, bv[0]);
+        mma_16816<T>(dp[2 * np + 1], ado, bv[1]);
+      }
+    }
+
+    const bool boundary = !mask.tile_fully_visible(m0, m0 + rows_valid, n0, n0 + kN);
+    // dS as A fragments of dQ = dS K: the accumulator layout of column tiles 2k and 2k+1 is exactly the
+    // A layout of k-step k (a0/a1 from tile 2k rows g/g+8, a2/a3 from tile 2k+1), so no shuffle is needed.
+    uint32_t ads[Cfg::kSTiles / 2][4];
+#pragma unroll
+    for (int i = 0; i < Cfg::kSTiles; ++i) {
+      float p[4], ds[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool hi = e >= 2;
+        const int key = n0 + i * kMmaN + 2 * t4 + e % 2;
+        const bool visible = !boundary || (hi ? keys_hi : keys_lo).sees(key);
+        math.p_ds(s[i][e], dp[i][e], hi ? lse_hi : lse_lo, hi ? d_hi : d_lo, visible, &p[e], &ds[e]);
+      }
+      ads[i / 2][(i % 2) * 2] = pack2<T>(ds[0], ds[1]);
+      ads[i / 2][(i % 2) * 2 + 1] = pack2<T>(ds[2], ds[3]);
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < kN / kMmaK; ++kk) {
+#pragma unroll
+      for (int np = 0; np < Cfg::kQTiles / 2; ++np) {
+        uint32_t bk[2][2];
+        load_b_kn(bk, sK, Cfg::kStrideD, kk * kMmaK, np * 2 * kMmaN, lane);
+        mma_16816<T>(dq[2 * np], ads[kk], bk[0]);
+        mma_16816<T>(dq[2 * np + 1], ads[kk], bk[1]);
+      }
+    }
+    __syncthreads();  // every warp is done with this K/V stage before it is refilled
+  }
+
+  // dq = scale * dS K in the input dtype; rows past the end belong to the next sequence: not written.
+  T* dq_out = static_cast<T*>(a.dq.ptr) + b * a.dq.batch_stride + (int64_t(a.q_offset(b)) + m0) * a.dq.row_stride +
+              h * a.dq.head_stride;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = w_row + g + 8 * half;
+    if (r >= rows_valid) continue;
+#pragma unroll
+    for (int i = 0; i < Cfg::kQTiles; ++i) {
+      const int col = i * kMmaN + 2 * t4;
+      *reinterpret_cast<uint32_t*>(dq_out + r * a.dq.row_stride + col) =
+          pack2<T>(dq[i][2 * half] * math.scale, dq[i][2 * half + 1] * math.scale);
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::fa2_bwd

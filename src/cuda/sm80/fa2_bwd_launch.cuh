@@ -1,0 +1,140 @@
+// The launch sequence of one FA2 backward call for one (dtype, head_dim), instantiated per head dim in
+// fa2_bwd_hd*.cu so the kernels build in parallel:
+//   pre-pass (D, LSE) -> dK/dV kernel (+ atomic dQ) -> post-pass (dq in the input dtype)
+// or, in deterministic mode,
+//   pre-pass -> dK/dV kernel (no dQ) -> Q-parallel dQ kernel (fixed KV order, see fa2_bwd_dq.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/launch.h"
+#include "cuda/sm80/fa2_bwd_dkdv.cuh"
+#include "cuda/sm80/fa2_bwd_dq.cuh"
+#include "cuda/sm80/fa2_bwd_prepost.cuh"
+
+namespace flashattn::cuda::fa2_bwd {
+
+constexpr int kElementwiseBlocksPerSm = 16;
+
+// A stream-ordered device allocation, released on the stream on every way out of the launch sequence
+// (kernels already queued keep it alive until they finish).
+class StreamBuffer {
+ public:
+  explicit StreamBuffer(cudaStream_t stream) : stream_(stream) {}
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  ~StreamBuffer() {
+    if (ptr_) cudaFreeAsync(ptr_, stream_);
+  }
+  Status allocate(size_t bytes) {
+    if (bytes == 0) return Status::Ok();
+    FA_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr_, bytes, stream_));
+    return Status::Ok();
+  }
+  float* floats() const { return static_cast<float*>(ptr_); }
+  Status release() {
+    void* p = ptr_;
+    ptr_ = nullptr;
+    if (p) FA_CUDA_RETURN_IF_ERROR(cudaFreeAsync(p, stream_));
+    return Status::Ok();
+  }
+
+ private:
+  cudaStream_t stream_;
+  void* ptr_ = nullptr;
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline unsigned elementwise_blocks(int64_t work_items, const Context& ctx) {
+  const int64_t want = ceil_div(work_items, kElementwiseThreads);
+  return unsigned(std::min<int64_t>(want, int64_t(std::max(ctx.sm_count, 1)) * kElementwiseBlocksPerSm));
+}
+
+template <typename T, int D>
+Status zero_tail_rows(const detail::Strided& t, int64_t row_begin, int64_t row_end, int64_t heads, const Context& ctx) {
+  if (row_end <= row_begin) return Status::Ok();
+  const int64_t items = (row_end - row_begin) * heads * (D / kChunkElems);
+  zero_rows_kernel<T, D><<<elementwise_blocks(items, ctx), kElementwiseThreads, 0, ctx.stream>>>(
+      to_params(t), row_begin, row_end, int(heads));
+  FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd zero_rows_kernel");
+  return Status::Ok();
+}
+
+// Workspace (stream-ordered, freed on every path), then the kernels in order on ctx.stream.
+template <typename T, int D>
+Status run(const detail::Problem& p, const Context& ctx) {
+  using KCfg = DkdvConfig<T, D>;
+  using QCfg = DqConfig<T, D>;
+  const AttnParams a = make_params(p);
+  cudaStream_t stream = ctx.stream;
+  const bool det = p.deterministic;
+
+  Workspace ws;
+  ws.rows_pad = int(ceil_div(p.seqlen_q, kRowAlign) * kRowAlign);
+  const int64_t row_vec_floats = p.batch * p.heads_q * ws.rows_pad;
+  const int64_t accum_floats = det ? 0 : p.total_q * p.heads_q * D;
+  StreamBuffer buffer(stream);
+  // Layout: [dQ accumulator | LSE log2 | D]; each part is a multiple of 16 bytes long.
+  Status s = buffer.allocate(size_t(accum_floats + 2 * row_vec_floats) * sizeof(float));
+  if (!s.ok()) return s;
+  float* base = buffer.floats();
+  ws.dq_accum = det ? nullptr : base;
+  ws.lse_log2 = base + accum_floats;
+  ws.delta = ws.lse_log2 + row_vec_floats;
+  if (accum_floats > 0)
+    FA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ws.dq_accum, 0, size_t(accum_floats) * sizeof(float), stream));
+
+  if (row_vec_floats > 0) {
+    const dim3 grid(unsigned(ws.rows_pad / kPrepassRows), unsigned(p.heads_q), unsigned(p.batch));
+    prepass_kernel<T, D><<<grid, kPrepassThreads, 0, stream>>>(a, ws);
+    FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd prepass_kernel");
+  }
+
+  if (p.seqlen_k > 0 && p.batch > 0) {
+    auto* kernel = dkdv_kernel<KCfg>;
+    FA_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KCfg::kSmemBytes));
+    const dim3 grid(unsigned(ceil_div(p.seqlen_k, KCfg::kBlockN)), unsigned(p.heads_kv), unsigned(p.batch));
+    kernel<<<grid, KCfg::kThreads, KCfg::kSmemBytes, stream>>>(a, ws, /*accumulate_dq=*/!det);
+    FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd dkdv_kernel");
+  }
+
+  if (det) {
+    if (p.seqlen_q > 0 && p.batch > 0) {
+      auto* kernel = dq_kernel<QCfg>;
+      FA_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, QCfg::kSmemBytes));
+      const dim3 grid(unsigned(ceil_div(p.seqlen_q, QCfg::kBlockM)), unsigned(p.heads_q), unsigned(p.batch));
+      kernel<<<grid, QCfg::kThreads, QCfg::kSmemBytes, stream>>>(a, ws);
+      FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd dq_kernel");
+    }
+  } else if (p.total_q > 0) {
+    const int64_t items = p.total_q * p.heads_q * (D / kChunkElems);
+    postpass_kernel<T, D>
+        <<<elementwise_blocks(items, ctx), kElementwiseThreads, 0, stream>>>(a, ws, p.total_q);
+    FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd postpass_kernel");
+  }
+
+  if (p.varlen) {
+    // Packed rows after the last sequence belong to no sequence: their gradients are zero. (The
+    // post-pass already covers every dq row in the default mode.)
+    s = zero_tail_rows<T, D>(p.dk, p.cu_k.back(), p.total_k, p.heads_kv, ctx);
+    if (s.ok()) s = zero_tail_rows<T, D>(p.dv, p.cu_k.back(), p.total_k, p.heads_kv, ctx);
+    if (s.ok() && det) s = zero_tail_rows<T, D>(p.dq, p.cu_q.back(), p.total_q, p.heads_q, ctx);
+    if (!s.ok()) return s;
+  }
+  return buffer.release();
+}
+
+}  // namespace flashattn::cuda::fa2_bwd
+
+// Explicit instantiation of the launch sequence for both 16-bit dtypes of one head dim.
+#define FA2_BWD_INSTANTIATE(HEAD_DIM)                                                                   \
+  template ::flashattn::Status flashattn::cuda::fa2_bwd::run<__half, HEAD_DIM>(                         \
+      const ::flashattn::detail::Problem&, const ::flashattn::cuda::Context&);                          \
+  template ::flashattn::Status flashattn::cuda::fa2_bwd::run<__nv_bfloat16, HEAD_DIM>(                  \
+      const ::flashattn::detail::Problem&, const ::flashattn::cuda::Context&);

@@ -1,0 +1,120 @@
+// The light passes around the FA2 backward kernels:
+//   pre-pass:  D = rowsum(dO * O) in fp32 and LSE in log2 units, per (batch, head, row), into padded
+//              workspaces the main kernels load with whole 16-byte copies;
+//   post-pass: dq = scale * dQ accumulator (fp32) in the input dtype;
+//   zero rows: packed varlen rows past the last sequence get zero gradients (no sequence reads them).
+#pragma once
+
+#include "cuda/sm80/fa2_bwd_tile.cuh"
+
+namespace flashattn::cuda::fa2_bwd {
+
+constexpr int kPrepassWarps = 8;
+constexpr int kPrepassThreads = kPrepassWarps * kWarpSize;
+constexpr int kPrepassRows = kRowAlign;  // rows per CTA: the grid covers rows_pad exactly
+constexpr int kElementwiseThreads = 256;
+
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+
+// Sum of the 8 products of two 16-byte chunks of 16-bit values, in fp32.
+template <typename T>
+__device__ __forceinline__ float dot8(const uint4& x, const uint4& y) {
+  const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = unpack2<T>(xs[i]), b = unpack2<T>(ys[i]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+  return acc;
+}
+
+// Grid (rows_pad / kPrepassRows, heads_q, batch); one warp per row, one 16-byte chunk per lane.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kPrepassThreads) prepass_kernel(const AttnParams a, const Workspace ws) {
+  constexpr int kChunks = kHeadDim / kChunkElems;
+  static_assert(kChunks <= kWarpSize, "one chunk per lane");
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int len_q = a.len_q(b);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int64_t vec = row_vec_base(a, ws, b, h);
+  for (int rr = warp; rr < kPrepassRows; rr += kPrepassWarps) {
+    const int row = blockIdx.x * kPrepassRows + rr;
+    // Padding rows: P = exp2(s - inf) = 0 and D = 0, so they contribute nothing downstream.
+    float lse_log2 = __int_as_float(0x7f800000), delta = 0.0f;
+    if (row < len_q) {
+      const int64_t prow = int64_t(a.q_offset(b)) + row;
+      float acc = 0.0f;
+      if (lane < kChunks) {
+        const T* o = static_cast<const T*>(a.out.ptr) + b * a.out.batch_stride + prow * a.out.row_stride +
+                     h * a.out.head_stride + lane * kChunkElems;
+        const T* d = static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride + prow * a.dout.row_stride +
+                     h * a.dout.head_stride + lane * kChunkElems;
+        acc = dot8<T>(*reinterpret_cast<const uint4*>(o), *reinterpret_cast<const uint4*>(d));
+      }
+#pragma unroll
+      for (int off = kWarpSize / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      delta = acc;
+      const float lse = static_cast<const float*>(a.lse.ptr)[b * a.lse.batch_stride + h * a.lse.head_stride +
+                                                             prow * a.lse.row_stride];
+      // A row that sees no key has LSE = -inf; +inf in log2 units makes its P exactly 0 instead of NaN.
+      if (lse != core::kNegInf) lse_log2 = lse * core::kLog2e;
+    }
+    if (lane == 0) {
+      ws.lse_log2[vec + row] = lse_log2;
+      ws.delta[vec + row] = delta;
+    }
+  }
+}
+
+// One thread per 8 elements of dq (two float4 reads, one 16-byte store), grid-stride.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kElementwiseThreads) postpass_kernel(const AttnParams a, const Workspace ws,
+                                                                       const int64_t total_q) {
+  constexpr int kChunks = kHeadDim / kChunkElems;
+  const int64_t n = total_q * a.heads_q * kChunks;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int c = int(i % kChunks);
+    const int64_t row_head = i / kChunks;  // packed row * heads_q + head
+    const int h = int(row_head % a.heads_q);
+    const int64_t row = row_head / a.heads_q;
+    const float4* src = reinterpret_cast<const float4*>(ws.dq_accum + row_head * kHeadDim + c * kChunkElems);
+    const float4 x = src[0], y = src[1];
+    uint4 packed;
+    packed.x = pack2<T>(x.x * a.scale, x.y * a.scale);
+    packed.y = pack2<T>(x.z * a.scale, x.w * a.scale);
+    packed.z = pack2<T>(y.x * a.scale, y.y * a.scale);
+    packed.w = pack2<T>(y.z * a.scale, y.w * a.scale);
+    // Packed order is [total_q] for varlen and [batch * seqlen_q] otherwise (see packed_q_row).
+    const int64_t off = a.cu_q ? row * a.dq.row_stride
+                               : (row / a.seqlen_q) * a.dq.batch_stride + (row % a.seqlen_q) * a.dq.row_stride;
+    *reinterpret_cast<uint4*>(static_cast<T*>(a.dq.ptr) + off + h * a.dq.head_stride + c * kChunkElems) = packed;
+  }
+}
+
+// Zeros rows [row_begin, row_end) x heads of a packed (varlen) gradient tensor.
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kElementwiseThreads) zero_rows_kernel(const TensorParams t, const int64_t row_begin,
+                                                                        const int64_t row_end, const int heads) {
+  constexpr int kChunks = kHeadDim / kChunkElems;
+  const int64_t n = (row_end - row_begin) * heads * kChunks;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int c = int(i % kChunks);
+    const int h = int((i / kChunks) % heads);
+    const int64_t row = row_begin + i / (int64_t(kChunks) * heads);
+    *reinterpret_cast<uint4*>(static_cast<T*>(t.ptr) + row * t.row_stride + h * t.head_stride + c * kChunkElems) =
+        make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+}  // namespace flashattn::cuda::fa2_bwd

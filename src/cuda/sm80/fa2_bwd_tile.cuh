@@ -1,0 +1,220 @@
+// Building blocks shared by the FA2 backward kernels: cp.async tile loads, warp-level mma.sync fragment
+// loads from padded shared-memory tiles, the score -> (P, dS) element math, and the query-row range of a
+// KV tile under the mask.
+#pragma once
+
+#include <cstdint>
+
+#include "core/mask.h"
+#include "core/numeric.h"
+#include "core/softmax_online.h"
+#include "cuda/common/problem_params.cuh"
+#include "cuda/common/ptx_sm80.cuh"
+#include "cuda/sm80/fa2_bwd_config.cuh"
+
+namespace flashattn::cuda::fa2_bwd {
+
+// ---- Global -> shared ----------------------------------------------------------------------------------
+
+// Copies a kRows x kCols tile (rows `row_stride` elements apart in global memory) into shared memory
+// with row stride kCols + kSmemPad. Rows >= rows_valid are zero-filled without reading global memory:
+// zeros keep S, dP and the products finite on the padding rows, which are then masked or carry P = 0.
+template <int kRows, int kCols, int kThreads, typename T>
+__device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t row_stride, int rows_valid,
+                                                int tid) {
+  constexpr int kChunksPerRow = kCols / kChunkElems;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "tile must split evenly over the threads");
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const int c = tid + i * kThreads;
+    const int r = c / kChunksPerRow;
+    const int col = (c % kChunksPerRow) * kChunkElems;
+    const bool valid = r < rows_valid;
+    // An invalid row reads nothing (src-size 0), but its address still points at row 0 of the tile.
+    const T* src = gmem + (valid ? int64_t(r) * row_stride : 0) + col;
+    cp_async_16(smem + r * (kCols + kSmemPad) + col, src, valid);
+  }
+}
+
+// kRows fp32 values (contiguous, 16-byte aligned, always in bounds) into shared memory: the threads with
+// `chunk` in [0, kRows / 4) each copy 16 bytes; the others do nothing.
+constexpr int kFloatsPerChunk = 4;
+template <int kRows>
+__device__ __forceinline__ void load_row_vec_async(float* smem, const float* gmem, int chunk) {
+  static_assert(kRows % kFloatsPerChunk == 0, "whole 16-byte chunks");
+  if (chunk >= 0 && chunk < kRows / kFloatsPerChunk)
+    cp_async_16(smem + chunk * kFloatsPerChunk, gmem + chunk * kFloatsPerChunk, true);
+}
+
+// ---- Shared -> mma.sync fragments (see the layout table in ptx_sm80.cuh) --------------------------------
+// `lane` = threadIdx.x % 32. Each ldmatrix.x4 lane supplies the row address of matrix lane / 8.
+
+// A (16 x 16) from a row-major [row][k] tile at (row0, k0).
+template <typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int stride, int row0, int k0, int lane) {
+  // Matrices 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15).
+  ldmatrix_x4(a, tile + (row0 + (lane % 16)) * stride + k0 + (lane / 16) * 8);
+}
+
+// A (16 x 16) whose transpose is stored: A(row, k) = tile[k][row], tile block at (k0, row0).
+template <typename T>
+__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* tile, int stride, int k0, int row0,
+                                             int lane) {
+  const int j = lane / 8, i = lane % 8;
+  // Stored blocks (k 0-7, rows 0-7), (k 0-7, rows 8-15), (k 8-15, rows 0-7), (k 8-15, rows 8-15), each
+  // transposed on load, give a0..a3.
+  ldmatrix_x4_trans(a, tile + (k0 + (j / 2) * 8 + i) * stride + row0 + (j % 2) * 8);
+}
+
+// B for two adjacent 8-column tiles (n0..n0+15), k0..k0+15, from a tile stored [n][k] (B = tile^T):
+// b[t][0], b[t][1] are the two registers of column tile t.
+template <typename T>
+__device__ __forceinline__ void load_b_nk(uint32_t (&b)[2][2], const T* tile, int stride, int n0, int k0, int lane) {
+  const int j = lane / 8, i = lane % 8;
+  uint32_t r[4];
+  ldmatrix_x4(r, tile + (n0 + (j / 2) * 8 + i) * stride + k0 + (j % 2) * 8);
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
+// B for two adjacent 8-column tiles from a tile stored [k][n] (row-major B): needs the transposing load.
+template <typename T>
+__device__ __forceinline__ void load_b_kn(uint32_t (&b)[2][2], const T* tile, int stride, int k0, int n0, int lane) {
+  const int j = lane / 8, i = lane % 8;
+  uint32_t r[4];
+  ldmatrix_x4_trans(r, tile + (k0 + (j % 2) * 8 + i) * stride + n0 + (j / 2) * 8);
+  b[0][0] = r[0], b[0][1] = r[1], b[1][0] = r[2], b[1][1] = r[3];
+}
+
+// ---- Warp-level products -------------------------------------------------------------------------------
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.0f;
+}
+
+// acc[MT][NT] += A (16*MT x 16*kSteps) * B (16*kSteps x 8*NT) on one warp. load_a(a, mt, kk) fetches the
+// A fragment of row tile mt at k-step kk; load_b(b, np, kk) the B fragments of column tiles 2np, 2np+1.
+// Each A fragment is reused across all NT column tiles and each B fragment across all MT row tiles,
+// which is what makes square-ish warp tiles cheaper in shared-memory reads than thin ones.
+template <typename T, int MT, int NT, int kSteps, class LoadA, class LoadB>
+__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA&& load_a, LoadB&& load_b) {
+  static_assert(NT % 2 == 0, "B fragments are loaded for pairs of 8-column tiles");
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) load_a(a[m], m, kk);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[2][2];
+      load_b(b, np, kk);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma_16816<T>(acc[m][2 * np], a[m], b[0]);
+        mma_16816<T>(acc[m][2 * np + 1], a[m], b[1]);
+      }
+    }
+  }
+}
+
+// ---- Element math --------------------------------------------------------------------------------------
+
+// Per-call constants of the score -> gradient map.
+struct ScoreMath {
+  float scale_log2;  // softmax scale * log2(e)
+  float scale;       // softmax scale
+  float softcap;     // 0 = off
+  float inv_softcap;
+
+  __device__ __forceinline__ static ScoreMath make(const AttnParams& a) {
+    ScoreMath m;
+    m.scale_log2 = a.scale_log2;
+    m.scale = a.scale;
+    m.softcap = a.softcap;
+    m.inv_softcap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
+    return m;
+  }
+
+  // P = exp(logit - LSE) recomputed from the raw score s = q.k, and the factor d(logit)/d(s * scale)
+  // folded into it: returns P, and P * softcap'(.) in *pg (P itself without softcap). Then
+  // dS = pg * (dP - D) is dL/d(s * scale); the factor `scale` is applied once at the end by the callers.
+  // lse_log2 is +inf on rows that see no key and on padding rows, which gives P = 0 there (not NaN).
+  // A masked element gets P = 0 by selection, never by arithmetic on -inf.
+  __device__ __forceinline__ float p_of(float s, float lse_log2, bool visible, float* pg) const {
+    float p, grad = 1.0f;
+    if (softcap > 0.0f) {
+      const float capped = softcap * tanhf(s * scale * inv_softcap);
+      p = fast_exp2(capped * core::kLog2e - lse_log2);
+      grad = core::softcap_grad(capped, softcap);
+    } else {
+      p = fast_exp2(s * scale_log2 - lse_log2);
+    }
+    p = visible ? p : 0.0f;
+    *pg = p * grad;
+    return p;
+  }
+
+  // Both at once, for callers that hold S and dP together.
+  __device__ __forceinline__ void p_ds(float s, float dp, float lse_log2, float delta, bool visible, float* p,
+                                       float* ds) const {
+    float pg;
+    *p = p_of(s, lse_log2, visible, &pg);
+    *ds = pg * (dp - delta);
+  }
+};
+
+// ---- Mask geometry -------------------------------------------------------------------------------------
+
+// Query rows that see at least one key of [n0, n1) (0 <= n0 < n1 <= seqlen_k): [first, last), maybe empty.
+// key_end(i) and key_begin(i) grow with i (core/mask.h), so the rows form one interval:
+//   key_end(i)   > n0  <=>  i + shift + window_right + 1 > n0
+//   key_begin(i) < n1  <=>  i + shift - window_left     < n1      (shift = seqlen_k - seqlen_q)
+struct RowRange {
+  int64_t first = 0, last = 0;
+};
+__device__ __forceinline__ RowRange query_rows_seeing(const core::MaskSpec& m, int64_t n0, int64_t n1) {
+  const int64_t shift = m.seqlen_k - m.seqlen_q;
+  RowRange r{0, m.seqlen_q};
+  if (m.has_right()) r.first = max(r.first, n0 - shift - m.window_right);
+  if (m.has_left()) r.last = min(r.last, n1 - shift + m.window_left);
+  return r;
+}
+
+// The visible key interval of one row, as ints for cheap per-element compares on boundary tiles.
+struct RowKeys {
+  int begin, end;
+  __device__ __forceinline__ static RowKeys of(const core::MaskSpec& m, int row) {
+    return RowKeys{int(m.key_begin(row)), int(m.key_end(row))};
+  }
+  __device__ __forceinline__ bool sees(int key) const { return key >= begin && key < end; }
+};
+
+// ---- Global fp32 accumulation --------------------------------------------------------------------------
+
+// dst[0] += x, dst[1] += y (8-byte aligned), fire-and-forget. sm90 has a vector reduction that halves
+// the instruction count; atomicAdd(float2*) would compile to an atom that returns the old values.
+__device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+#else
+  atomicAdd(dst, x);
+  atomicAdd(dst + 1, y);
+#endif
+}
+
+// Row of the dQ accumulator / workspaces for (batch b, row) in the packed [total_q, ...] order.
+__device__ __forceinline__ int64_t packed_q_row(const AttnParams& a, int b, int row) {
+  return a.cu_q ? int64_t(a.cu_q[b]) + row : int64_t(b) * a.seqlen_q + row;
+}
+// Start of the per-row workspace (LSE, D) of (b, h).
+__device__ __forceinline__ int64_t row_vec_base(const AttnParams& a, const Workspace& ws, int b, int h) {
+  return (int64_t(b) * a.heads_q + h) * ws.rows_pad;
+}
+
+}  // namespace flashattn::cuda::fa2_bwd
