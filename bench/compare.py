@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Merge `flashattn bench --gpu --json` results with bench/peers_sdpa.py results into one file, and print
+how our algorithms compare with PyTorch SDPA's flash and cuDNN backends on the same shapes.
+
+The merged file records the commit (`git rev-parse HEAD`, else $FLASHATTN_COMMIT, else the commit our
+JSON carries), the GPU name and driver, the date, the ceilings, every row of both inputs, and the
+comparison table: per (direction, d, N, causal) our TFLOP/s per algorithm, the peers', and the ratios
+best-of-ours / flash and best-of-ours / cuDNN; plus fa2 against standard at seqlen 4096.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+OUR_ALGOS = ("fa3", "fa2", "fa1", "standard")
+PEERS = ("flash", "cudnn")
+HEADLINE_SEQLEN = 4096
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ours", required=True, help="JSON written by `flashattn bench --gpu --json`")
+    p.add_argument("--peers", help="JSON written by bench/peers_sdpa.py (optional)")
+    p.add_argument("--out", help="merged results file (default: print only)")
+    return p.parse_args(argv)
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def commit(ours):
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get("FLASHATTN_COMMIT") or ours.get("commit") or "unknown"
+
+
+def key(row):
+    return (row["direction"], int(row["d"]), int(row["N"]), bool(row["causal"]))
+
+
+def build_table(ours, peers):
+    """One entry per shape: our TFLOP/s per algorithm, the peers', and the ratios of our best."""
+    table = {}
+    for r in ours.get("rows", []):
+        table.setdefault(key(r), {})[r["algo"]] = r
+    for r in (peers or {}).get("rows", []):
+        table.setdefault(key(r), {})[r["impl"]] = r
+    entries = []
+    for k in sorted(table, key=lambda k: (k[0] != "fwd", k[1], k[3], k[2])):
+        cell = table[k]
+        e = {"direction": k[0], "d": k[1], "N": k[2], "causal": k[3]}
+        for name in OUR_ALGOS + PEERS:
+            if name in cell:
+                e[name + "_tflops"] = cell[name]["tflops"]
+                e[name + "_ms"] = cell[name]["ms"]
+        ours_here = [a for a in OUR_ALGOS if a in cell]
+        if ours_here:
+            best = max(ours_here, key=lambda a: cell[a]["tflops"])
+            e["best_ours"] = best
+            for peer in PEERS:
+                if peer in cell and cell[peer]["tflops"] > 0:
+                    e["ratio_" + peer] = cell[best]["tflops"] / cell[peer]["tflops"]
+        entries.append(e)
+    return entries
+
+
+def headline(entries):
+    """fa2 against standard at seqlen 4096: speedup = standard ms / fa2 ms."""
+    out = []
+    for e in entries:
+        if e["N"] == HEADLINE_SEQLEN and "fa2_ms" in e and "standard_ms" in e:
+            out.append({"direction": e["direction"], "d": e["d"], "causal": e["causal"], "fa2_ms": e["fa2_ms"],
+                        "standard_ms": e["standard_ms"], "speedup": e["standard_ms"] / e["fa2_ms"]})
+    return out
+
+
+def fmt(x, spec="7.1f"):
+    return format(x, spec) if isinstance(x, (int, float)) else " " * (int(spec.split(".")[0]) - 1) + "-"
+
+
+def print_report(merged):
+    gpu = merged["gpu"]
+    print(f"gpu {gpu.get('name', 'unknown')}, driver {gpu.get('driver', 'unknown')}; commit {merged['commit']}; "
+          f"{merged['date']}")
+    ceil = merged.get("ceil") or {}
+    if ceil:
+        print(f"ceilings: bf16 GEMM {ceil.get('gemm_bf16_tflops', 0):.1f} TFLOP/s, copy "
+              f"{ceil.get('copy_TBps', 0):.2f} TB/s")
+    present = [a for a in OUR_ALGOS if any(a + "_tflops" in e for e in merged["table"])]
+    peers = [p for p in PEERS if any(p + "_tflops" in e for e in merged["table"])]
+    head = f"{'dir':3s} {'d':>4s} {'N':>6s} {'causal':6s}" + "".join(f" {a:>8s}" for a in present + peers)
+    head += "".join(f" {'/' + p:>8s}" for p in peers) + "  best"
+    print("TFLOP/s (ratios: our best / peer)")
+    print(head)
+    for e in merged["table"]:
+        line = f"{e['direction']:3s} {e['d']:4d} {e['N']:6d} {'yes' if e['causal'] else 'no':6s}"
+        line += "".join(" " + fmt(e.get(a + "_tflops"), "8.1f") for a in present + peers)
+        line += "".join(" " + fmt(e.get("ratio_" + p), "8.2f") for p in peers)
+        line += "  " + e.get("best_ours", "-")
+        print(line)
+    if merged["fa2_vs_standard"]:
+        print(f"fa2 vs standard at seqlen {HEADLINE_SEQLEN}:")
+        for h in merged["fa2_vs_standard"]:
+            print(f"  {h['direction']} d {h['d']:3d} causal {'yes' if h['causal'] else 'no ':3s}  fa2 "
+                  f"{h['fa2_ms']:8.3f} ms  standard {h['standard_ms']:8.3f} ms  speedup {h['speedup']:5.2f}x")
+
+
+def main(argv):
+    args = parse_args(argv)
+    ours = load(args.ours)
+    peers = load(args.peers) if args.peers and os.path.exists(args.peers) else None
+    gpu = dict(ours.get("gpu") or (peers or {}).get("gpu") or {})
+    if peers and gpu.get("driver", "unknown") == "unknown":
+        gpu["driver"] = peers.get("gpu", {}).get("driver", "unknown")
+    table = build_table(ours, peers)
+    merged = {
+        "benchmark": "gpu_compare",
+        "commit": commit(ours),
+        "gpu": gpu,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "ceil": (peers or {}).get("ceil"),
+        "table": table,
+        "fa2_vs_standard": headline(table),
+        "ours": ours,
+        "peers": peers,
+    }
+    print_report(merged)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(merged, f, indent=1)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Time the peers of flashattn on this GPU: PyTorch's scaled_dot_product_attention with its flash and
+cuDNN backends, on the sweep of the FlashAttention papers (16384 tokens, hidden 2048, bf16), forward and
+backward, plus the machine's ceilings: a large bf16 GEMM and a large device-to-device copy.
+
+Timing: CUDA events around each call, warm-up calls first, the median of the timed calls. FLOPs are
+counted as in the papers (forward 4*b*h*N*N*d, half for causal; backward 2.5x forward), the same rule
+`flashattn bench --gpu` uses, so the two JSON files compare row by row (bench/compare.py merges them).
+
+Exits 0 with a message when PyTorch or a CUDA device is missing: the peers are optional.
+"""
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+
+TOKENS = 16384
+HIDDEN = 2048
+HEAD_DIMS = (64, 128, 256)
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+QUICK_HEAD_DIMS = (64, 128)  # the trimmed sweep of `flashattn bench --gpu --quick`
+QUICK_SEQLENS = (1024, 4096, 16384)
+BACKWARD_FLOP_FACTOR = 2.5
+CAUSAL_FLOP_FACTOR = 0.5
+GEMM_SIZE = 8192
+COPY_BYTES = 2 << 30  # 2 GiB source: far larger than L2
+MS_PER_S = 1e3
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", metavar="FILE", help="write the results here (default: stdout only)")
+    p.add_argument("--quick", action="store_true", help="head_dim 64/128, seqlen 1k/4k/16k")
+    p.add_argument("--shapes-from", metavar="FILE",
+                   help="time exactly the (d, N, causal) shapes of this `flashattn bench --gpu --json` file")
+    p.add_argument("--repeat", type=int, default=10, help="timed calls per measurement (median)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed calls first")
+    p.add_argument("--backends", default="flash,cudnn", help="comma list of: flash, cudnn")
+    return p.parse_args(argv)
+
+
+def sweep_shapes(args):
+    """(d, N, causal) triples to time, in sweep order."""
+    if args.shapes_from:
+        with open(args.shapes_from) as f:
+            ours = json.load(f)
+        seen = []
+        for r in ours.get("rows", []):
+            key = (int(r["d"]), int(r["N"]), bool(r["causal"]))
+            if key not in seen:
+                seen.append(key)
+        return seen
+    dims, lens = (QUICK_HEAD_DIMS, QUICK_SEQLENS) if args.quick else (HEAD_DIMS, SEQLENS)
+    return [(d, n, causal) for d in dims for n in lens for causal in (False, True)]
+
+
+def forward_flops(b, h, n, d, causal):
+    return 4.0 * b * h * n * n * d * (CAUSAL_FLOP_FACTOR if causal else 1.0)
+
+
+def driver_version():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class Timer:
+    def __init__(self, torch, warmup, repeat):
+        self.torch, self.warmup, self.repeat = torch, warmup, repeat
+
+    def median_ms(self, fn):
+        torch = self.torch
+        for _ in range(self.warmup):
+            fn()
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in range(self.repeat)]
+        for start, end in pairs:
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in pairs)
+
+
+def ceilings(torch, timer):
+    """Large bf16 GEMM (TFLOP/s) and device-to-device copy (bytes read + written, TB/s)."""
+    a = torch.randn(GEMM_SIZE, GEMM_SIZE, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(GEMM_SIZE, GEMM_SIZE, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    ms = timer.median_ms(lambda: torch.matmul(a, b, out=c))
+    gemm = 2.0 * GEMM_SIZE ** 3 / (ms / MS_PER_S) / 1e12
+    del a, b, c
+    src = torch.empty(COPY_BYTES, device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    ms = timer.median_ms(lambda: dst.copy_(src))
+    copy = 2.0 * COPY_BYTES / (ms / MS_PER_S) / 1e12
+    del src, dst
+    torch.cuda.empty_cache()
+    return {"gemm_bf16_tflops": gemm, "gemm_shape": [GEMM_SIZE] * 3, "copy_TBps": copy, "copy_bytes": COPY_BYTES}
+
+
+def sdpa_rows(torch, timer, shapes, backends):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kinds = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    rows, skipped = [], []
+    for d, n, causal in shapes:
+        b, h = TOKENS // n, HIDDEN // d
+        # SDPA takes [batch, heads, seqlen, head_dim]; each tensor is 64 MiB, larger than L2.
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        grad = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+        for name in backends:
+            for direction in ("fwd", "bwd"):
+                base = {"impl": name, "direction": direction, "d": d, "N": n, "b": b, "h": h, "causal": causal}
+                try:
+                    with sdpa_kernel(kinds[name]):
+                        if direction == "fwd":
+                            with torch.no_grad():
+                                ms = timer.median_ms(
+                                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                        else:
+                            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            # autograd.grad does not accumulate into .grad, so every call does the same work.
+                            ms = timer.median_ms(
+                                lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True))
+                            del out
+                except RuntimeError as e:  # the backend refuses the shape (e.g. a head dim it lacks)
+                    skipped.append(dict(base, reason=str(e).splitlines()[0][:200]))
+                    print(f"{name:6s} {direction} d {d:3d} N {n:5d} causal {int(causal)}  skipped", flush=True)
+                    continue
+                factor = BACKWARD_FLOP_FACTOR if direction == "bwd" else 1.0
+                tflops = factor * forward_flops(b, h, n, d, causal) / (ms / MS_PER_S) / 1e12
+                rows.append(dict(base, ms=ms, tflops=tflops))
+                print(f"{name:6s} {direction} d {d:3d} N {n:5d} causal {int(causal)}  {ms:9.3f} ms "
+                      f"{tflops:7.1f} TFLOP/s", flush=True)
+        del q, k, v, grad
+        torch.cuda.empty_cache()
+    return rows, skipped
+
+
+def main(argv):
+    args = parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("peers_sdpa: PyTorch is not installed; peer timings skipped")
+        return 0
+    if not torch.cuda.is_available():
+        print("peers_sdpa: no CUDA device visible to PyTorch; peer timings skipped")
+        return 0
+    backends = [b for b in args.backends.split(",") if b]
+    unknown = [b for b in backends if b not in ("flash", "cudnn")]
+    if unknown:
+        print(f"peers_sdpa: unknown backend(s) {unknown}; choose from flash, cudnn", file=sys.stderr)
+        return 2
+    timer = Timer(torch, args.warmup, args.repeat)
+    props = torch.cuda.get_device_properties(0)
+    result = {
+        "benchmark": "peers_sdpa",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "gpu": {"name": props.name, "driver": driver_version(), "sm_count": props.multi_processor_count,
+                "compute_capability": f"{props.major}.{props.minor}"},
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "dtype": "bf16", "tokens": TOKENS, "hidden": HIDDEN,
+        "repeat": args.repeat, "warmup": args.warmup,
+        "flops": "forward 4*b*h*N*N*d (x0.5 causal); backward 2.5x forward",
+    }
+    print(f"peers_sdpa: {props.name}, torch {torch.__version__}; median of {args.repeat} after {args.warmup}",
+          flush=True)
+    result["ceil"] = ceilings(torch, timer)
+    print(f"ceilings: bf16 GEMM {result['ceil']['gemm_bf16_tflops']:.1f} TFLOP/s, "
+          f"copy {result['ceil']['copy_TBps']:.2f} TB/s", flush=True)
+    result["rows"], result["skipped"] = sdpa_rows(torch, timer, sweep_shapes(args), backends)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# Build and check flashattn on a machine with an NVIDIA GPU, in one call:
+#   configure (FLASHATTN_CUDA_ARCHITECTURES, default "80;90a") and build with every core, keeping the full
+#   build log (it holds the -Xptxas -v register and spill report) and a per-kernel spill table;
+#   ctest -L gpu and -L cli; pytest of tests/python when the Python extension can be built;
+#   compute-sanitizer memcheck and racecheck on a few small GPU tests; SASS of the attention kernels with
+#   their HMMA/HGMMA counts; the benchmark (`flashattn bench --gpu`, PyTorch SDPA peers, merged).
+#
+# Usage: bash scripts/gpu_check.sh [results-dir]        (default bench/results/gpu-<UTC date>)
+# Writes at most six files there: build.log, tests.log, sanitizer.log, sass_summary.txt, bench.json,
+# summary.txt; the summary table is printed last. Without nvcc or a GPU it prints "skipped" and exits 0.
+#
+# Environment: FLASHATTN_CUDA_ARCHITECTURES, FLASHATTN_BUILD_DIR (default build-gpu-check), JOBS,
+# FLASHATTN_BENCH=quick|full|off (default quick), FLASHATTN_SANITIZER_FILTER, FLASHATTN_RACECHECK_FILTER,
+# FLASHATTN_COMMIT (recorded in the results; taken from git when unset).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+START=$(date +%s)
+
+skip() {
+  echo "gpu_check: skipped: $1"
+  exit 0
+}
+
+if ! command -v nvcc >/dev/null 2>&1; then
+  if [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+  else
+    skip "no CUDA compiler (nvcc) on PATH or in /usr/local/cuda/bin"
+  fi
+fi
+command -v nvidia-smi >/dev/null 2>&1 || skip "nvidia-smi not found: no NVIDIA driver on this machine"
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)
+[ -n "$GPU_NAME" ] || skip "nvidia-smi lists no GPU"
+
+OUT=${1:-$ROOT/bench/results/gpu-$(date -u +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT" || { echo "gpu_check: cannot create $OUT" >&2; exit 1; }
+OUT=$(cd "$OUT" && pwd)
+BUILD=${FLASHATTN_BUILD_DIR:-$ROOT/build-gpu-check}
+ARCHS=${FLASHATTN_CUDA_ARCHITECTURES:-80;90a}
+JOBS=${JOBS:-$(nproc)}
+BENCH_MODE=${FLASHATTN_BENCH:-quick}
+SAN_FILTER=${FLASHATTN_SANITIZER_FILTER:-*bf16_sq17_sk17_causal*:*bf16_varlen_empty_seqs_causal*}
+RACE_FILTER=${FLASHATTN_RACECHECK_FILTER:-*bf16_sq17_sk17_causal*}
+SAN_TIMEOUT=240
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+touch "$TMP/start"
+
+if [ -z "${FLASHATTN_COMMIT:-}" ] && git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
+  FLASHATTN_COMMIT=$(git -C "$ROOT" rev-parse HEAD)
+fi
+export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-unknown}
+
+BUILD_LOG=$OUT/build.log TESTS_LOG=$OUT/tests.log SAN_LOG=$OUT/sanitizer.log
+SASS=$OUT/sass_summary.txt BENCH_JSON=$OUT/bench.json SUMMARY=$OUT/summary.txt
+: >"$BUILD_LOG"; : >"$TESTS_LOG"; : >"$SAN_LOG"; : >"$SASS"; : >"$SUMMARY"
+declare -a ROWS=()
+row() { ROWS+=("$(printf '%-20s %-8s %s' "$1" "$2" "$3")"); }
+section() { printf '\n===== %s =====\n' "$1"; }
+elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
+demangle() { if command -v c++filt >/dev/null 2>&1; then c++filt; elif command -v cu++filt >/dev/null 2>&1; then cu++filt; else cat; fi; }
+
+echo "gpu_check: $GPU_NAME, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1);" \
+     "archs $ARCHS; $JOBS jobs; results in $OUT"
+
+# ---- configure and build --------------------------------------------------------------------------------
+t0=$(date +%s)
+GEN=() KEEP_GOING=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja) KEEP_GOING=(-- -k 0)
+PY_ARGS=()
+NANOBIND_DIR=$(python3 -m nanobind --cmake_dir 2>/dev/null || true)
+[ -n "$NANOBIND_DIR" ] && [ -f "$ROOT/python/CMakeLists.txt" ] && PY_ARGS=(-DFLASHATTN_BUILD_PYTHON=ON)
+configure() {
+  section "configure $*"
+  cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
+        "-DFLASHATTN_CUDA_ARCHITECTURES=$ARCHS" "$@"
+}
+configure "${PY_ARGS[@]}" >>"$BUILD_LOG" 2>&1
+cfg_rc=$?
+if [ $cfg_rc -ne 0 ] && [ ${#PY_ARGS[@]} -gt 0 ]; then
+  # The Python extension is optional: never let it stop the C++ checks.
+  PY_ARGS=()
+  configure -DFLASHATTN_BUILD_PYTHON=OFF >>"$BUILD_LOG" 2>&1
+  cfg_rc=$?
+fi
+build_rc=1
+if [ $cfg_rc -eq 0 ]; then
+  section "build" >>"$BUILD_LOG"
+  # The library, CLI and test programs first; then everything else (the Python extension), whose failure
+  # only costs the pytest step.
+  # Keep going past a failing target so that what did build can still be tested.
+  cmake --build "$BUILD" -j "$JOBS" --target flashattn_tests_gpu flashattn_tests_cpu flashattn_cli \
+        "${KEEP_GOING[@]}" >>"$BUILD_LOG" 2>&1
+  build_rc=$?
+  [ $build_rc -eq 0 ] && cmake --build "$BUILD" -j "$JOBS" >>"$BUILD_LOG" 2>&1
+fi
+if [ $build_rc -eq 0 ]; then row build ok "$(elapsed "$t0")"; else row build FAILED "configure rc $cfg_rc, build rc $build_rc (build.log)"; fi
+
+# Per-kernel registers and spills from ptxas -v: "Compiling entry function 'X' for 'sm_NN'", then the
+# "Function properties for X" stack/spill line, then "Used N registers".
+{
+  echo "# Registers and spills per kernel (ptxas -v) of the kernels compiled in this run, spilling kernels first"
+  printf '%-7s %5s %6s %8s %8s  %s\n' arch regs stack spill_st spill_ld kernel
+  awk '
+    /Compiling entry function/ { split($0, q, SQ); name = q[2]; arch = q[4]; props = ""; st = sl = stack = 0 }
+    /Function properties for/  { props = $NF }
+    /bytes stack frame/ && props == name { stack = $1; st = $5; sl = $9 }
+    /Used [0-9]+ registers/ && name != "" { s = $0; sub(/.*Used /, "", s); split(s, r, " ");
+                                 printf "%-7s %5d %6d %8d %8d\t%s\n", arch, r[1], stack, st, sl, name; name = "" }
+  ' SQ="'" "$BUILD_LOG" | sort -k4,4nr -k5,5nr -k6 | demangle | awk -F'\t' '{ printf "%s  %s\n", $1, substr($2, 1, 160) }'
+} >"$TMP/spills.txt"
+kernels=$(($(wc -l <"$TMP/spills.txt") - 2))
+spilling=$(awk 'NR > 2 && ($4 > 0 || $5 > 0)' "$TMP/spills.txt" | wc -l)
+row "spills (ptxas)" info "$spilling of $kernels kernel builds spill"
+
+GPU_TESTS=$BUILD/tests/flashattn_tests_gpu
+CLI=$BUILD/flashattn
+
+# ---- tests -----------------------------------------------------------------------------------------------
+ctest_row() {  # label name
+  local t0 rc line
+  t0=$(date +%s)
+  section "ctest -L $1" >>"$TESTS_LOG"
+  ctest --test-dir "$BUILD" -L "$1" --output-on-failure --timeout 600 -j "$(( JOBS > 8 ? 8 : JOBS ))" >>"$TESTS_LOG" 2>&1
+  rc=$?
+  line=$(grep -E 'tests passed|No tests were found' "$TESTS_LOG" | tail -n1)
+  if [ $rc -eq 0 ]; then row "$2" ok "${line:-no summary} ($(elapsed "$t0"))"; else row "$2" FAILED "${line:-rc $rc} (tests.log)"; fi
+}
+built() { [ -x "$1" ] && [ "$1" -nt "$TMP/start" ]; }  # linked by this run, not left from an older one
+if [ $build_rc -eq 0 ] || built "$GPU_TESTS"; then ctest_row gpu "ctest -L gpu"; else row "ctest -L gpu" skipped "not built"; fi
+if [ $build_rc -eq 0 ] || built "$CLI"; then ctest_row cli "ctest -L cli"; else row "ctest -L cli" skipped "not built"; fi
+
+# pytest of tests/python against the extension just built (copied beside the package's Python sources).
+section "pytest tests/python" >>"$TESTS_LOG"
+EXT=$(find "$BUILD" -name '_ext*.so' -print -quit 2>/dev/null)
+if [ ! -d "$ROOT/tests/python" ]; then
+  row pytest skipped "no tests/python"
+elif [ -z "$EXT" ]; then
+  echo "skipped: the Python extension was not built (nanobind not found or build failed)" >>"$TESTS_LOG"
+  row pytest skipped "Python extension not built (needs nanobind)"
+elif ! python3 -c "import pytest, numpy" >/dev/null 2>&1; then
+  row pytest skipped "pytest or numpy missing"
+else
+  mkdir -p "$TMP/py/flashattn" && cp "$ROOT"/python/flashattn/*.py "$EXT" "$TMP/py/flashattn/"
+  t0=$(date +%s)
+  PYTHONPATH=$TMP/py${PYTHONPATH:+:$PYTHONPATH} python3 -m pytest -q "$ROOT/tests/python" -p no:cacheprovider \
+    >>"$TESTS_LOG" 2>&1
+  rc=$?
+  line=$(grep -E '(passed|failed|error)' "$TESTS_LOG" | tail -n1)
+  if [ $rc -eq 0 ]; then row pytest ok "$line ($(elapsed "$t0"))"; else row pytest FAILED "${line:-rc $rc} (tests.log)"; fi
+fi
+
+# ---- compute-sanitizer -----------------------------------------------------------------------------------
+sanitize() {  # tool filter
+  local rc summary
+  section "compute-sanitizer --tool $1, --gtest_filter=$2" >>"$SAN_LOG"
+  timeout "$SAN_TIMEOUT" compute-sanitizer --tool "$1" --error-exitcode 86 "$GPU_TESTS" --gtest_filter="$2" \
+    >>"$SAN_LOG" 2>&1
+  rc=$?
+  summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SAN_LOG" | tail -n1 | sed 's/^=* *//')
+  case $rc in
+    0) row "$1" ok "${summary:-clean}" ;;
+    86) row "$1" FAILED "${summary:-errors found} (sanitizer.log)" ;;
+    124) row "$1" FAILED "timed out after $SAN_TIMEOUT s" ;;
+    *) row "$1" FAILED "rc $rc: ${summary:-see sanitizer.log}" ;;
+  esac
+}
+if ! command -v compute-sanitizer >/dev/null 2>&1; then
+  echo "skipped: compute-sanitizer is not installed" >>"$SAN_LOG"
+  row sanitizer skipped "compute-sanitizer not installed"
+elif [ ! -x "$GPU_TESTS" ]; then
+  row sanitizer skipped "no GPU test binary"
+else
+  sanitize memcheck "$SAN_FILTER"
+  sanitize racecheck "$RACE_FILTER"
+fi
+
+# ---- SASS: tensor-core instructions per attention kernel -----------------------------------------------
+{
+  echo "# Tensor-core instructions in the SASS of the attention kernels (cuobjdump --dump-sass)"
+  printf '%-8s %6s %6s  %s\n' arch HMMA HGMMA kernel
+} >"$SASS"
+BIN=$CLI
+[ -x "$BIN" ] || BIN=$GPU_TESTS
+if command -v cuobjdump >/dev/null 2>&1 && [ -x "$BIN" ]; then
+  cuobjdump --dump-sass "$BIN" 2>/dev/null | awk '
+    /code for sm_/ { arch = $NF }
+    /Function :/   { if (name != "") printf "%-8s %6d %6d\t%s\n", arch, h, g, name; name = $NF; h = g = 0; next }
+    /HGMMA/ { ++g; next }
+    /HMMA/  { ++h }
+    END { if (name != "") printf "%-8s %6d %6d\t%s\n", arch, h, g, name }
+  ' | demangle | grep -E 'fa[123]_|fa[123]::' | awk -F'\t' '{ printf "%s  %s\n", $1, substr($2, 1, 160) }' >>"$SASS"
+  fa2_kernels=$(grep -c 'fa2' "$SASS")
+  fa2_hmma=$(awk '/fa2/ { s += $2 } END { print s + 0 }' "$SASS")
+  fa2_hgmma=$(awk '/fa2/ { s += $3 } END { print s + 0 }' "$SASS")
+  row "sass" info "fa2: $fa2_kernels kernel builds, $fa2_hmma HMMA, $fa2_hgmma HGMMA"
+else
+  echo "skipped: cuobjdump or the binary is missing" >>"$SASS"
+  row "sass" skipped "cuobjdump or binary missing"
+fi
+{ echo; cat "$TMP/spills.txt"; } >>"$SASS"
+
+# ---- benchmark -------------------------------------------------------------------------------------------
+if [ "$BENCH_MODE" = off ]; then
+  row bench skipped "FLASHATTN_BENCH=off"
+elif [ ! -x "$CLI" ]; then
+  row bench skipped "no flashattn CLI"
+else
+  t0=$(date +%s)
+  QUICK=()
+  [ "$BENCH_MODE" = full ] || QUICK=(--quick)
+  section "flashattn bench --gpu ${QUICK[*]}" >>"$TESTS_LOG"
+  "$CLI" bench --gpu "${QUICK[@]}" --json "$TMP/ours.json" >>"$TESTS_LOG" 2>&1
+  bench_rc=$?
+  section "bench/peers_sdpa.py" >>"$TESTS_LOG"
+  if [ -f "$TMP/ours.json" ]; then
+    python3 "$ROOT/bench/peers_sdpa.py" --shapes-from "$TMP/ours.json" --json "$TMP/peers.json" >>"$TESTS_LOG" 2>&1
+    python3 "$ROOT/bench/compare.py" --ours "$TMP/ours.json" --peers "$TMP/peers.json" --out "$BENCH_JSON" \
+      >"$TMP/compare.txt" 2>&1
+    cmp_rc=$?
+    cat "$TMP/compare.txt" >>"$TESTS_LOG"
+    rows=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['table']))" "$BENCH_JSON" 2>/dev/null)
+    if [ $bench_rc -eq 0 ] && [ $cmp_rc -eq 0 ]; then row bench ok "${rows:-?} shapes ($(elapsed "$t0"))"
+    else row bench FAILED "bench rc $bench_rc, compare rc $cmp_rc (tests.log)"; fi
+  else
+    row bench FAILED "flashattn bench wrote no JSON (rc $bench_rc, tests.log)"
+  fi
+fi
+
+# ---- summary ---------------------------------------------------------------------------------------------
+{
+  echo "gpu_check: $GPU_NAME; commit $FLASHATTN_COMMIT; archs $ARCHS; $(date -u +%Y-%m-%dT%H:%M:%SZ);" \
+       "total $(elapsed "$START")"
+  printf '%-20s %-8s %s\n' step status detail
+  printf '%s\n' "${ROWS[@]}"
+  if [ -f "$TMP/compare.txt" ]; then echo; cat "$TMP/compare.txt"; fi
+} >"$SUMMARY"
+cat "$SUMMARY"
+grep -q ' FAILED ' "$SUMMARY" && exit 1
+exit 0
