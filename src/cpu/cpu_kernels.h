@@ -1,0 +1,23 @@
+// The CPU attention kernels behind cpu_forward / cpu_backward (src/cpu/cpu_backend.cpp).
+#pragma once
+
+#include "api/problem.h"
+#include "cpu/tiling.h"
+
+namespace flashattn::detail::cpu {
+
+// Tile shapes: the measured best for the head dim, made smaller while the problem has too few tasks to
+// share among workers. They depend on the problem only, never on the thread count.
+TileShape forward_tile_shape(const Problem& p);
+TileShape backward_tile_shape(const Problem& p);
+
+// FA2 forward: tasks over query tiles; writes out and (when present) lse. `workers` <= 0: all hardware
+// threads. The problem must have passed cpu_check.
+Status run_forward(const Problem& p, const TileShape& shape, int workers);
+
+// Backward by recomputation from the saved LSE: a KV-parallel pass writes dK and dV, a query-parallel
+// pass writes dQ. Every output element has exactly one writer and a fixed summation order, so the
+// gradients are bitwise identical for any worker count.
+Status run_backward(const Problem& p, const TileShape& shape, int workers);
+
+}  // namespace flashattn::detail::cpu

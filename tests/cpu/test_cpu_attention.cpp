@@ -1,0 +1,212 @@
+// The CPU backend against the float64 reference, forward and backward, with the tolerance rule:
+// error <= 2 x (error of the same-precision naive computation) + floor. Fresh seeded inputs each run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/attention_case.h"
+
+namespace fa = flashattn;
+using fa::DType;
+using fa::testing::CaseSpec;
+using fa::testing::HostCase;
+namespace harness = fa::harness;
+namespace reference = fa::reference;
+
+namespace {
+
+CaseSpec make(int64_t sq, int64_t sk, int64_t d, DType dt, bool causal = false) {
+  CaseSpec s;
+  s.batch = 2;
+  s.seqlen_q = sq;
+  s.seqlen_k = sk;
+  s.heads_q = 2;
+  s.heads_kv = 2;
+  s.head_dim = d;
+  s.dtype = dt;
+  s.causal = causal;
+  return s;
+}
+
+std::vector<CaseSpec> cases() {
+  std::vector<CaseSpec> v;
+  for (int64_t n : {1, 17, 113, 1007})
+    for (bool causal : {false, true}) v.push_back(make(n, n, 64, DType::kFloat32, causal));
+  const std::pair<int64_t, int64_t> pairs[] = {{113, 203}, {1023, 1024}, {1024, 1023}, {1, 239}, {799, 3}};
+  for (auto [sq, sk] : pairs) {
+    v.push_back(make(sq, sk, 64, DType::kBFloat16, true));
+    v.push_back(make(sq, sk, 64, DType::kFloat16, false));
+  }
+  for (int64_t d : {32, 64, 72, 96, 128, 256}) v.push_back(make(113, 203, d, DType::kFloat32, d % 64 == 0));
+  CaseSpec gqa = make(65, 130, 64, DType::kBFloat16, true);
+  gqa.heads_q = 16;
+  gqa.heads_kv = 2;  // 8:1
+  v.push_back(gqa);
+  CaseSpec mqa = make(77, 77, 32, DType::kFloat16);
+  mqa.heads_q = 6;
+  mqa.heads_kv = 1;
+  v.push_back(mqa);
+  CaseSpec win = make(300, 280, 64, DType::kFloat32);
+  win.window_left = 32;
+  win.window_right = 8;
+  v.push_back(win);
+  CaseSpec wc = win;
+  wc.causal = true;
+  wc.dtype = DType::kBFloat16;
+  v.push_back(wc);
+  CaseSpec cap = make(150, 170, 64, DType::kFloat32);
+  cap.softcap = 0.5f;  // small enough to bend the scores of unit inputs
+  cap.scale = 0.5f;
+  v.push_back(cap);
+  CaseSpec varlen = make(0, 0, 64, DType::kFloat32, true);
+  varlen.lens_q = {17, 0, 113, 1, 40};
+  varlen.lens_k = {31, 5, 113, 0, 20};  // an empty q sequence, an empty k sequence, q longer than k
+  varlen.heads_q = 4;
+  varlen.heads_kv = 2;
+  v.push_back(varlen);
+  CaseSpec vb = varlen;
+  vb.dtype = DType::kBFloat16;
+  vb.causal = false;
+  vb.window_left = 10;
+  v.push_back(vb);
+  CaseSpec strided = make(97, 131, 64, DType::kFloat16, true);
+  strided.pad = 8;
+  v.push_back(strided);
+  return v;
+}
+
+class CpuAttention : public ::testing::TestWithParam<CaseSpec> {};
+
+void expect_close(const char* what, const harness::HostTensor& got, const std::vector<double>& exact,
+                  const std::vector<double>& naive, DType dt) {
+  ASSERT_EQ(harness::count_nan(got), 0) << what << ": elements left unwritten (still NaN)";
+  const double err = harness::max_abs_diff(got, exact);
+  const double naive_err = harness::max_abs_diff(naive, exact);
+  harness::Verdict v = harness::judge(err, naive_err, dt, harness::max_abs(exact));
+  EXPECT_TRUE(v.pass) << what << ": " << v.describe();
+}
+
+void expect_lse(const HostCase& c, const std::vector<double>& exact, const std::vector<double>& naive) {
+  // -inf marks rows with no visible key: it must appear exactly where the reference has it.
+  for (int64_t i = 0; i < c.lse.numel(); ++i)
+    ASSERT_EQ(std::isinf(c.lse.get(i)), std::isinf(exact[size_t(i)])) << "lse row " << i;
+  expect_close("lse", c.lse, exact, naive, c.spec.dtype);
+}
+
+TEST_P(CpuAttention, ForwardMatchesReference) {
+  const uint64_t seed = harness::pick_seed();
+  SCOPED_TRACE(GetParam().name() + " seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  HostCase c(GetParam(), rng);
+  fa::RunInfo info;
+  fa::Status s = fa::forward(c.args(), &info);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(info.backend, fa::Backend::kCPU);
+  reference::Result exact, naive;
+  ASSERT_TRUE(reference::forward(c.args(), reference::Precision::kFloat64, &exact).ok());
+  ASSERT_TRUE(reference::forward(c.args(), reference::Precision::kNaive, &naive).ok());
+  expect_close("out", c.out, exact.out, naive.out, c.spec.dtype);
+  expect_lse(c, exact.lse, naive.lse);
+}
+
+TEST_P(CpuAttention, BackwardMatchesReference) {
+  const uint64_t seed = harness::pick_seed();
+  SCOPED_TRACE(GetParam().name() + " seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  HostCase c(GetParam(), rng);
+  fa::Status s = fa::forward(c.args());
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  fa::RunInfo info;
+  s = fa::backward(c.backward_args(), &info);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  reference::Result exact, naive;
+  ASSERT_TRUE(reference::backward(c.backward_args(), reference::Precision::kFloat64, &exact).ok());
+  ASSERT_TRUE(reference::backward(c.backward_args(), reference::Precision::kNaive, &naive).ok());
+  expect_close("dq", c.dq, exact.dq, naive.dq, c.spec.dtype);
+  expect_close("dk", c.dk, exact.dk, naive.dk, c.spec.dtype);
+  expect_close("dv", c.dv, exact.dv, naive.dv, c.spec.dtype);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<CaseSpec>& info) {
+                           std::string n = std::to_string(info.index) + "_" + info.param.name();
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+TEST(CpuAttentionEdge, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
+  std::mt19937_64 rng(11);
+  CaseSpec s = make(10, 4, 32, DType::kFloat32, true);  // rows 0..5 see no key
+  HostCase c(s, rng);
+  ASSERT_TRUE(fa::forward(c.args()).ok());
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 10; ++i) {
+        const double lse = c.lse.get((b * 2 + h) * 10 + i);
+        if (i < 6) {
+          EXPECT_EQ(lse, -INFINITY);
+          for (int64_t x = 0; x < 32; ++x) EXPECT_EQ(c.out.get(((b * 10 + i) * 2 + h) * 32 + x), 0.0);
+        } else {
+          EXPECT_TRUE(std::isfinite(lse));
+        }
+      }
+  ASSERT_TRUE(fa::backward(c.backward_args()).ok());
+  EXPECT_EQ(harness::count_nan(c.dq), 0);
+}
+
+TEST(CpuAttentionEdge, EmptyKeysAndEmptyBatch) {
+  std::mt19937_64 rng(12);
+  HostCase c(make(5, 0, 16, DType::kFloat32), rng);
+  ASSERT_TRUE(fa::forward(c.args()).ok());
+  for (int64_t i = 0; i < c.out.numel(); ++i) ASSERT_EQ(c.out.get(i), 0.0);
+  for (int64_t i = 0; i < c.lse.numel(); ++i) ASSERT_EQ(c.lse.get(i), -INFINITY);
+  CaseSpec empty = make(5, 5, 16, DType::kFloat32);
+  empty.batch = 0;
+  HostCase e(empty, rng);
+  EXPECT_TRUE(fa::forward(e.args()).ok());
+}
+
+TEST(CpuAttentionEdge, BackwardIsBitwiseDeterministicAcrossRunsAndThreadCounts) {
+  const uint64_t seed = harness::pick_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  CaseSpec s = make(130, 150, 64, DType::kBFloat16, true);
+  s.heads_q = 4;
+  s.heads_kv = 1;
+  HostCase c(s, rng);
+  ASSERT_TRUE(fa::forward(c.args()).ok());
+  std::vector<uint8_t> first;
+  for (int run = 0; run < 10; ++run) {
+    fa::BackwardArgs b = c.backward_args();
+    b.fwd.deterministic = true;
+    b.fwd.num_threads = 1 + run % 3;
+    ASSERT_TRUE(fa::backward(b).ok());
+    std::vector<uint8_t> bytes;
+    for (const harness::HostTensor* t : {&c.dq, &c.dk, &c.dv})
+      bytes.insert(bytes.end(), t->storage.begin(), t->storage.end());
+    if (run == 0)
+      first = bytes;
+    else
+      ASSERT_EQ(std::memcmp(first.data(), bytes.data(), first.size()), 0) << "run " << run << " differs";
+    c.poison_outputs();
+    ASSERT_TRUE(fa::forward(c.args()).ok());
+  }
+}
+
+TEST(CpuAttentionEdge, ReportsTheKernelThatRan) {
+  std::mt19937_64 rng(13);
+  HostCase c(make(8, 8, 32, DType::kFloat32), rng);
+  fa::RunInfo info;
+  ASSERT_TRUE(fa::check_supported(c.args(), &info).ok());
+  EXPECT_EQ(info.backend, fa::Backend::kCPU);
+  EXPECT_EQ(info.algorithm, fa::Algorithm::kFA2);
+  EXPECT_FALSE(info.kernel.empty());
+  EXPECT_EQ(harness::count_nan(c.out), c.out.numel()) << "check_supported must not run anything";
+}
+
+}  // namespace

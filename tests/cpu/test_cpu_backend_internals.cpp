@@ -1,0 +1,304 @@
+// Internals of the CPU backend: tile products, the exp2 polynomial and row loops, the worker pool, and
+// the backend's own rules. The attention results themselves are checked in test_cpu_attention.cpp.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "api/backend.h"
+#include "api/problem.h"
+#include "core/numeric.h"
+#include "cpu/convert.h"
+#include "cpu/row_ops.h"
+#include "cpu/thread_pool.h"
+#include "cpu/tile_gemm.h"
+#include "reference/harness.h"
+
+namespace fa = flashattn;
+namespace cpu = flashattn::detail::cpu;
+using cpu::Op;
+
+namespace {
+
+struct GemmCase {
+  Op op_a, op_b;
+  int64_t m, n, k;
+  float alpha, beta;
+  int64_t pad;  // extra elements per row of every operand: leading dims larger than the rows
+};
+
+// op(X)(i, j) of a row-major operand with leading dimension ld.
+float at(Op op, const std::vector<float>& x, int64_t ld, int64_t i, int64_t j) {
+  return op == Op::kNone ? x[size_t(i * ld + j)] : x[size_t(j * ld + i)];
+}
+
+using GemmFn = void (*)(Op, Op, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                        float, float*, int64_t);
+
+// Runs one product against a float64 loop; C starts as NaN when beta == 0 (it must not be read).
+void check_gemm(GemmFn gemm, const GemmCase& g, std::mt19937_64& rng) {
+  SCOPED_TRACE(::testing::Message() << "m " << g.m << " n " << g.n << " k " << g.k << " op_a " << int(g.op_a)
+                                    << " op_b " << int(g.op_b) << " alpha " << g.alpha << " beta " << g.beta
+                                    << " pad " << g.pad);
+  const int64_t a_rows = g.op_a == Op::kNone ? g.m : g.k, a_cols = g.op_a == Op::kNone ? g.k : g.m;
+  const int64_t b_rows = g.op_b == Op::kNone ? g.k : g.n, b_cols = g.op_b == Op::kNone ? g.n : g.k;
+  const int64_t lda = a_cols + g.pad, ldb = b_cols + g.pad, ldc = g.n + g.pad;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(size_t(std::max<int64_t>(1, a_rows * lda))), b(size_t(std::max<int64_t>(1, b_rows * ldb)));
+  std::vector<float> c(size_t(std::max<int64_t>(1, g.m * ldc)));
+  for (float& x : a) x = dist(rng);
+  for (float& x : b) x = dist(rng);
+  for (float& x : c) x = g.beta == 0.0f ? std::numeric_limits<float>::quiet_NaN() : dist(rng);
+  const std::vector<float> c0 = c;
+  gemm(g.op_a, g.op_b, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(), ldb, g.beta, c.data(), ldc);
+  for (int64_t i = 0; i < g.m; ++i) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      double want = 0, magnitude = 0;
+      for (int64_t p = 0; p < g.k; ++p) {
+        const double term = double(at(g.op_a, a, lda, i, p)) * double(at(g.op_b, b, ldb, p, j));
+        want += term;
+        magnitude += std::fabs(term);
+      }
+      want *= g.alpha;
+      if (g.beta != 0.0f) want += double(g.beta) * c0[size_t(i * ldc + j)];
+      const double tol = 4e-7 * (std::fabs(g.alpha) * magnitude + std::fabs(g.beta) + 1.0) * std::sqrt(double(g.k) + 1);
+      ASSERT_NEAR(c[size_t(i * ldc + j)], want, tol) << "at (" << i << ", " << j << ")";
+    }
+    // The padding between rows of C is not part of C and must be untouched.
+    for (int64_t j = g.n; j < ldc && i * ldc + j < int64_t(c.size()); ++j) {
+      const float before = c0[size_t(i * ldc + j)], after = c[size_t(i * ldc + j)];
+      ASSERT_TRUE(std::memcmp(&before, &after, sizeof before) == 0) << "padding written at (" << i << ", " << j << ")";
+    }
+  }
+}
+
+std::vector<GemmCase> gemm_cases() {
+  std::vector<GemmCase> v;
+  const int64_t sizes[][3] = {{1, 1, 1}, {5, 7, 3}, {6, 16, 1}, {13, 17, 19}, {64, 64, 64}, {71, 33, 257},
+                              {128, 256, 64}, {130, 70, 300}, {200, 48, 129}, {3, 300, 513}};
+  for (const auto& s : sizes)
+    for (Op oa : {Op::kNone, Op::kTranspose})
+      for (Op ob : {Op::kNone, Op::kTranspose}) {
+        v.push_back({oa, ob, s[0], s[1], s[2], 1.0f, 0.0f, 0});
+        v.push_back({oa, ob, s[0], s[1], s[2], 0.5f, 1.0f, 3});
+        v.push_back({oa, ob, s[0], s[1], s[2], -1.25f, 0.75f, 16});
+      }
+  return v;
+}
+
+TEST(CpuTileGemm, NativeMatchesFloat64Loops) {
+  std::mt19937_64 rng(1);
+  SCOPED_TRACE(std::string("micro-kernel ") + cpu::tile_gemm_native_name());
+  for (const GemmCase& g : gemm_cases()) check_gemm(&cpu::tile_gemm_native, g, rng);
+}
+
+TEST(CpuTileGemm, PortableMatchesFloat64Loops) {
+  std::mt19937_64 rng(2);
+  for (const GemmCase& g : gemm_cases()) check_gemm(&cpu::tile_gemm_portable, g, rng);
+}
+
+TEST(CpuTileGemm, BlasWrapperMatchesFloat64Loops) {
+  if (!cpu::tile_gemm_blas_available()) GTEST_SKIP() << "built without BLAS";
+  std::mt19937_64 rng(3);
+  for (const GemmCase& g : gemm_cases()) check_gemm(&cpu::tile_gemm_blas, g, rng);
+}
+
+TEST(CpuTileGemm, EmptyDepthScalesC) {
+  std::vector<float> c = {1.0f, 2.0f, 3.0f, 4.0f};
+  cpu::tile_gemm(Op::kNone, Op::kNone, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 1, 0.5f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f}));
+  cpu::tile_gemm(Op::kNone, Op::kNone, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 1, 0.0f, c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f}));
+}
+
+// The attention kernels call tile_gemm from every worker at once: results must be those of a lone call.
+TEST(CpuTileGemm, ConcurrentCallsGiveTheSingleThreadedBits) {
+  constexpr int64_t kM = 128, kN = 128, kK = 64;
+  constexpr int kThreads = 4, kCalls = 200;
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(kM * kK), b(kN * kK), want(kM * kN);
+  for (float& x : a) x = dist(rng);
+  for (float& x : b) x = dist(rng);
+  cpu::tile_gemm(Op::kNone, Op::kTranspose, kM, kN, kK, 1.0f, a.data(), kK, b.data(), kK, 0.0f, want.data(), kN);
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      std::vector<float> c(kM * kN);
+      for (int i = 0; i < kCalls; ++i) {
+        cpu::tile_gemm(Op::kNone, Op::kTranspose, kM, kN, kK, 1.0f, a.data(), kK, b.data(), kK, 0.0f, c.data(), kN);
+        if (std::memcmp(c.data(), want.data(), c.size() * sizeof(float)) != 0) ++mismatches;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(CpuRowOps, Exp2PolyIsAccurateAndHandlesTheEdges) {
+  double worst_ulps = 0;
+  for (int i = -130000; i <= 20000; ++i) {
+    const float x = float(i) * 1e-3f;
+    const double want = std::exp2(double(x));
+    const float got = cpu::exp2_poly(x);
+    if (want < std::ldexp(1.0, -125)) {
+      EXPECT_TRUE(got == 0.0f || std::fabs(got - want) <= 1e-37) << "x " << x;
+      continue;
+    }
+    const double ulp = std::ldexp(1.0, std::ilogb(want) - 23);
+    worst_ulps = std::max(worst_ulps, std::fabs(double(got) - want) / ulp);
+  }
+  EXPECT_LT(worst_ulps, 2.0);
+  EXPECT_EQ(cpu::exp2_poly(0.0f), 1.0f);
+  EXPECT_EQ(cpu::exp2_poly(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(cpu::exp2_poly(-1000.0f), 0.0f);
+  EXPECT_EQ(cpu::exp2_poly(std::numeric_limits<float>::quiet_NaN()), 0.0f);
+  EXPECT_TRUE(std::isfinite(cpu::exp2_poly(1000.0f)));
+}
+
+// The vector loops must give exactly the scalar polynomial's bits, tails included, whichever variant runs.
+TEST(CpuRowOps, VectorLoopsMatchTheScalarPolynomialBitwise) {
+  SCOPED_TRACE(std::string("row loops variant ") + cpu::row_ops_variant());
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> dist(-40.0f, 4.0f);
+  for (int64_t n : {0, 1, 7, 8, 9, 31, 64, 129, 256}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = dist(rng);
+    if (n > 3) x[2] = -std::numeric_limits<float>::infinity();
+    const float shift = 1.5f;
+    std::vector<float> scalar(x), summed(x), plain(x);
+    float scalar_max = -std::numeric_limits<float>::infinity();
+    for (float v : x) scalar_max = std::max(scalar_max, v);
+    EXPECT_EQ(cpu::row_max(x.data(), n), scalar_max) << "n " << n;
+    double sum = 0;
+    for (float& v : scalar) {
+      v = cpu::exp2_poly(v - shift);
+      sum += v;
+    }
+    const float got_sum = cpu::exp2_shift_sum(summed.data(), n, shift);
+    cpu::exp2_shift(plain.data(), n, shift);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::memcmp(&summed[size_t(i)], &scalar[size_t(i)], sizeof(float)), 0) << "n " << n << " i " << i;
+      ASSERT_EQ(std::memcmp(&plain[size_t(i)], &scalar[size_t(i)], sizeof(float)), 0) << "n " << n << " i " << i;
+    }
+    EXPECT_NEAR(got_sum, sum, 1e-6 * (sum + 1)) << "n " << n;
+  }
+}
+
+TEST(CpuConvert, Fp16RowsMatchTheScalarConversionForEveryBitPattern) {
+  constexpr int64_t kPatterns = 1 << 16;
+  std::vector<uint16_t> src(kPatterns + 3);  // + 3: a tail that the 8-wide loop leaves to scalar code
+  for (int64_t i = 0; i < int64_t(src.size()); ++i) src[size_t(i)] = uint16_t(i % kPatterns);
+  std::vector<float> got(src.size());
+  cpu::fp16_to_float_row(src.data(), int64_t(src.size()), got.data());
+  for (size_t i = 0; i < src.size(); ++i) {
+    const float want = fa::core::fp16_bits_to_float(src[i]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got[i])) << "pattern " << src[i];
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&got[i], &want, sizeof want), 0) << "pattern " << src[i];
+  }
+}
+
+TEST(CpuWorkerPool, RunsEveryTaskExactlyOnceForAnyWorkerCount) {
+  for (int workers : {1, 2, 3, 8}) {
+    constexpr int64_t kTasks = 1000;
+    std::vector<std::atomic<int>> runs(kTasks);
+    fa::Status s = cpu::run_workers(workers, kTasks, [&](cpu::TaskQueue& queue) {
+      int64_t t = 0;
+      while (queue.pop(&t)) ++runs[size_t(t)];
+      return fa::Status::Ok();
+    });
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    for (int64_t t = 0; t < kTasks; ++t) ASSERT_EQ(runs[size_t(t)].load(), 1) << "task " << t << " workers " << workers;
+  }
+}
+
+TEST(CpuWorkerPool, ErrorsAndExceptionsBecomeAStatus) {
+  fa::Status s = cpu::run_workers(3, 100, [](cpu::TaskQueue& queue) {
+    int64_t t = 0;
+    while (queue.pop(&t))
+      if (t == 17) return fa::Status::Runtime("task 17 failed");
+    return fa::Status::Ok();
+  });
+  EXPECT_EQ(s.code(), fa::StatusCode::kRuntimeError);
+  EXPECT_NE(s.message().find("task 17"), std::string::npos);
+
+  s = cpu::run_workers(2, 10, [](cpu::TaskQueue&) -> fa::Status { throw std::bad_alloc(); });
+  EXPECT_EQ(s.code(), fa::StatusCode::kOutOfMemory);
+  s = cpu::run_workers(2, 10, [](cpu::TaskQueue&) -> fa::Status { throw std::runtime_error("boom"); });
+  EXPECT_EQ(s.code(), fa::StatusCode::kRuntimeError);
+  EXPECT_NE(s.message().find("boom"), std::string::npos);
+}
+
+TEST(CpuWorkerPool, WorkerCountFollowsTheRequestAndTheTasks) {
+  EXPECT_EQ(cpu::resolve_worker_count(3, 100), 3);
+  EXPECT_EQ(cpu::resolve_worker_count(8, 2), 2);
+  EXPECT_EQ(cpu::resolve_worker_count(4, 0), 1);
+  EXPECT_GE(cpu::resolve_worker_count(0, 100), 1);
+}
+
+// A valid problem on host tensors, for the backend's own checks.
+struct SmallProblem {
+  fa::harness::HostTensor q, k, v, out;
+  fa::AttentionArgs args;
+  SmallProblem(fa::DType dtype, int64_t head_dim) {
+    q = fa::harness::HostTensor::make(dtype, {1, 4, 2, head_dim});
+    k = fa::harness::HostTensor::make(dtype, {1, 4, 2, head_dim});
+    v = fa::harness::HostTensor::make(dtype, {1, 4, 2, head_dim});
+    out = fa::harness::HostTensor::make(dtype, {1, 4, 2, head_dim});
+    args.q = q.view;
+    args.k = k.view;
+    args.v = v.view;
+    args.out = out.view;
+  }
+  fa::Status check(fa::RunInfo* info = nullptr) {
+    fa::detail::Problem p;
+    fa::Status s = fa::detail::make_problem(args, &p);
+    if (!s.ok()) return s;
+    return fa::detail::cpu_check(p, info);
+  }
+};
+
+TEST(CpuBackendCheck, NamesTheArgumentAndTheRule) {
+  SmallProblem wide(fa::DType::kFloat32, 300);
+  fa::Status s = wide.check();
+  EXPECT_EQ(s.code(), fa::StatusCode::kNotSupported);
+  EXPECT_EQ(s.message(), "q: head_dim 300 > 256 is not supported by backend cpu");
+
+  SmallProblem fp8(fa::DType::kFloat8E4M3, 64);
+  s = fp8.check();
+  EXPECT_EQ(s.code(), fa::StatusCode::kNotSupported);
+  EXPECT_EQ(s.message(), "dtype fp8_e4m3 is not supported by backend cpu");
+
+  SmallProblem fa3(fa::DType::kFloat32, 64);
+  fa3.args.algorithm = fa::Algorithm::kFA3;
+  s = fa3.check();
+  EXPECT_EQ(s.code(), fa::StatusCode::kNotSupported);
+  EXPECT_NE(s.message().find("algorithm fa3"), std::string::npos) << s.message();
+}
+
+TEST(CpuBackendCheck, FillsRunInfoForEachDirection) {
+  SmallProblem ok(fa::DType::kBFloat16, 256);
+  ok.args.algorithm = fa::Algorithm::kFA2;
+  fa::RunInfo info;
+  ASSERT_TRUE(ok.check(&info).ok());
+  EXPECT_EQ(info.backend, fa::Backend::kCPU);
+  EXPECT_EQ(info.algorithm, fa::Algorithm::kFA2);
+  EXPECT_EQ(info.kernel, std::string("cpu_fa2_fwd_") + cpu::tile_gemm_impl());
+
+  fa::Capabilities caps = fa::detail::cpu_capabilities();
+  EXPECT_TRUE(caps.available);
+  EXPECT_EQ(caps.max_head_dim, 256);
+  EXPECT_EQ(caps.dtypes.size(), 3u);
+  EXPECT_TRUE(caps.backward && caps.causal && caps.window && caps.softcap && caps.gqa && caps.varlen);
+}
+
+}  // namespace
