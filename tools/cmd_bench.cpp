@@ -9,6 +9,7 @@
 #include "api/problem.h"
 #include "attention_case.h"
 #include "bench.h"
+#include "blas_ceiling.h"
 #include "cli_args.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -27,7 +28,9 @@ constexpr int64_t kCpuHeadDims[] = {64, 128};
 constexpr int64_t kCpuQuickSeqlen = 2048;
 constexpr int kCpuDefaultRepeat = 3;
 constexpr int kCpuDefaultWarmup = 1;
-// The SGEMM ceiling: square products large enough to run at the BLAS/tile product's full rate.
+// The SGEMM ceiling: square products large enough to run at full rate, through OpenBLAS (every thread on
+// one product: the machine's rate) and through the backend's own tile product (each thread its own).
+constexpr int kBlasN = 2048;
 constexpr int kSgemmN = 1024;
 constexpr uint64_t kCpuBenchSeed = 1;  // benchmark inputs need not vary between runs
 constexpr double kFlopsPerGiga = 1e9;
@@ -47,13 +50,23 @@ int bench_cpu(const BenchOptions& o) {
   const int warmup = o.warmup >= 0 ? o.warmup : kCpuDefaultWarmup;
   Progress progress("bench");
 
-  progress.phase("measuring the SGEMM rate (" + std::to_string(kSgemmN) + "^3, " + std::to_string(threads) +
-                 " threads)");
-  const double sgemm = detail::cpu_sgemm_gflops(threads, kSgemmN);
+  progress.phase("measuring the SGEMM rate (OpenBLAS " + std::to_string(kBlasN) + "^3 and the tile product " +
+                 std::to_string(kSgemmN) + "^3, " + std::to_string(threads) + " threads)");
+  const BlasRate blas = measure_blas_sgemm(kBlasN, threads);
+  const double tile_sgemm = detail::cpu_sgemm_gflops(threads, kSgemmN);
   progress.done();
+  // The ceiling is the machine's BLAS rate; without OpenBLAS in the build, the tile product's own rate.
+  const double sgemm = blas.available ? blas.gflops : tile_sgemm;
 
   const std::string model = cpu_model();
-  std::printf("cpu: %s, %d threads; sgemm %d^3: %.1f GFLOP/s\n", model.c_str(), threads, kSgemmN, sgemm);
+  std::printf("cpu: %s, %d threads\n", model.c_str(), threads);
+  if (blas.available)
+    std::printf("sgemm ceiling: OpenBLAS %d^3 on %d threads: %.1f GFLOP/s (%s)\n", kBlasN, blas.threads, blas.gflops,
+                blas.library.c_str());
+  else
+    std::printf("sgemm ceiling: no OpenBLAS in this build; using the tile product's rate\n");
+  std::printf("tile product (%s) %d^3 on %d threads: %.1f GFLOP/s\n", detail::cpu_sgemm_impl(), kSgemmN, threads,
+              tile_sgemm);
   std::printf("%6s %4s %3s %3s %10s %9s %9s\n", "N", "d", "b", "h", "ms", "GFLOP/s", "of sgemm");
   std::fflush(stdout);
 
@@ -104,7 +117,12 @@ int bench_cpu(const BenchOptions& o) {
   j.key("machine").begin_object().field("cpu", model).field("threads", threads).end_object();
   j.field("version", version()).field("dtype", "fp32").field("causal", false);
   j.field("repeat", repeat).field("warmup", warmup);
-  j.key("sgemm").begin_object().field("n", kSgemmN).field("gflops", sgemm).end_object();
+  j.key("sgemm").begin_object().field("source", blas.available ? "openblas" : "tile_product");
+  j.field("gflops", sgemm).end_object();
+  j.key("openblas").begin_object().field("available", blas.available).field("n", kBlasN);
+  j.field("threads", blas.threads).field("gflops", blas.gflops).field("config", blas.library).end_object();
+  j.key("tile_product").begin_object().field("impl", detail::cpu_sgemm_impl()).field("n", kSgemmN);
+  j.field("threads", threads).field("gflops", tile_sgemm).end_object();
   j.key("rows").begin_array();
   for (const CpuRow& r : rows) {
     j.begin_object().field("N", r.seqlen).field("d", r.head_dim).field("b", kCpuBatch).field("h", kCpuHeads);

@@ -1,4 +1,4 @@
-// Measures the sgemm ceiling of this machine with the CPU backend's own tile product (and BLAS).
+// Measures the sgemm ceiling of this machine with the CPU backend's own tile product.
 #include "cpu/cpu_bench.h"
 
 #include <algorithm>
@@ -64,11 +64,6 @@ double cpu_sgemm_gflops(int threads, int n) {
   if (n <= 0) return 0.0;
   if (threads <= 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
   return measure(&cpu::tile_gemm, threads, n);
-}
-
-double cpu_blas_sgemm_gflops(int n) {
-  if (n <= 0 || !cpu::tile_gemm_blas_available()) return 0.0;
-  return measure(&cpu::tile_gemm_blas, /*threads=*/1, n);
 }
 
 const char* cpu_sgemm_impl() { return cpu::tile_gemm_impl(); }

@@ -9,11 +9,6 @@ namespace flashattn::detail {
 // 0 for n <= 0.
 double cpu_sgemm_gflops(int threads, int n);
 
-// The same measurement with the BLAS the library was built with (cblas_sgemm), on one thread only:
-// Debian's serial OpenBLAS must not be entered by two threads at once, so this is a per-core
-// reference for judging tile_gemm, not an aggregate. 0 without BLAS or for n <= 0.
-double cpu_blas_sgemm_gflops(int n);
-
 // Which tile product cpu_sgemm_gflops measures: "avx2" or "portable".
 const char* cpu_sgemm_impl();
 

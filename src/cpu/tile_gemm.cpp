@@ -1,19 +1,14 @@
 // Tile products: a blocked, register-tiled GEMM of our own (AVX2/FMA micro-kernel chosen at run time on
-// x86-64, portable loops elsewhere), and a serialized cblas_sgemm wrapper where BLAS is built in.
+// x86-64, portable loops elsewhere).
 #include "cpu/tile_gemm.h"
 
 #include <algorithm>
-#include <mutex>
 #include <vector>
 
 // FLASHATTN_CPU_PORTABLE_ONLY builds only the portable code (to test it on a machine with AVX2).
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FLASHATTN_CPU_PORTABLE_ONLY)
 #define FLASHATTN_CPU_X86_DISPATCH 1
 #include <immintrin.h>
-#endif
-
-#ifdef FLASHATTN_WITH_BLAS
-#include <cblas.h>
 #endif
 
 namespace flashattn::detail::cpu {
@@ -346,34 +341,6 @@ void tile_gemm_portable(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float
   }
   gemm_blocked<PortableMicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-
-#ifdef FLASHATTN_WITH_BLAS
-bool tile_gemm_blas_available() { return true; }
-
-void tile_gemm_blas(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    scale_c(m, n, beta, c, ldc);
-    return;
-  }
-  // Debian's serial OpenBLAS shares its packing buffers between concurrent callers (built without
-  // USE_LOCKING): two threads inside sgemm at once corrupt each other's results. One call at a time.
-  static std::mutex blas_mutex;
-  std::lock_guard<std::mutex> lock(blas_mutex);
-  // Tile dimensions and strides are small (a few hundred); blasint is at least int.
-  cblas_sgemm(CblasRowMajor, op_a == Op::kNone ? CblasNoTrans : CblasTrans,
-              op_b == Op::kNone ? CblasNoTrans : CblasTrans, blasint(m), blasint(n), blasint(k), alpha, a,
-              blasint(lda), b, blasint(ldb), beta, c, blasint(ldc));
-}
-#else
-bool tile_gemm_blas_available() { return false; }
-
-void tile_gemm_blas(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  tile_gemm_native(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-#endif
 
 void tile_gemm(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

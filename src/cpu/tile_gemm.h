@@ -2,11 +2,11 @@
 //
 // The kernels use our own packed GEMM (tile_gemm): a 6 x 16 AVX2/FMA micro-kernel picked at run time on
 // x86-64 CPUs that have it, portable register-blocked loops everywhere else. Every worker thread runs its
-// own products concurrently, which rules out the BLAS this project builds against: Debian's serial
-// OpenBLAS (0.3.21, built without USE_LOCKING) shares its packing buffers between callers, and two threads
-// inside cblas_sgemm at once corrupt each other's results (seen here: about 1 in 500 products of
-// 64 x 128 x 64 from three threads differed). With FLASHATTN_WITH_BLAS the cblas_sgemm wrapper is still
-// built, serialized by a mutex, for tests and for the per-core reference rate of the benchmark.
+// own products concurrently, which rules out a BLAS inside the tiles: Debian's serial OpenBLAS (0.3.21,
+// built without USE_LOCKING) shares its packing buffers between callers, and two threads inside
+// cblas_sgemm at once corrupted each other's results (about 1 in 500 products of 64 x 128 x 64 from three
+// threads differed), while a threaded BLAS would fight our own thread pool. The library links no BLAS;
+// the CLI's benchmark uses OpenBLAS only to measure the machine's GEMM ceiling.
 #pragma once
 
 #include <cstdint>
@@ -31,12 +31,8 @@ const char* tile_gemm_impl();
 void tile_gemm_native(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                       int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 const char* tile_gemm_native_name();
-// the same with the portable micro-kernel forced,
+// and the same with the portable micro-kernel forced.
 void tile_gemm_portable(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                         int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
-// and cblas_sgemm (one call at a time; see tile_gemm.cpp) when built with BLAS, else tile_gemm_native.
-bool tile_gemm_blas_available();
-void tile_gemm_blas(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 }  // namespace flashattn::detail::cpu

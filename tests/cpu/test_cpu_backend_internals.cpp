@@ -103,12 +103,6 @@ TEST(CpuTileGemm, PortableMatchesFloat64Loops) {
   for (const GemmCase& g : gemm_cases()) check_gemm(&cpu::tile_gemm_portable, g, rng);
 }
 
-TEST(CpuTileGemm, BlasWrapperMatchesFloat64Loops) {
-  if (!cpu::tile_gemm_blas_available()) GTEST_SKIP() << "built without BLAS";
-  std::mt19937_64 rng(3);
-  for (const GemmCase& g : gemm_cases()) check_gemm(&cpu::tile_gemm_blas, g, rng);
-}
-
 TEST(CpuTileGemm, EmptyDepthScalesC) {
   std::vector<float> c = {1.0f, 2.0f, 3.0f, 4.0f};
   cpu::tile_gemm(Op::kNone, Op::kNone, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 1, 0.5f, c.data(), 2);
