@@ -1,0 +1,114 @@
+// Tile geometry and shared-memory movement of the FA2 forward kernels (sm80+).
+//
+// Shared-memory tiles hold rows of head_dim 16-bit elements, each row padded by 16 bytes. The padding
+// shifts consecutive rows by four banks, so the eight 16-byte row segments one ldmatrix phase reads
+// (eight consecutive rows, same columns) fall into eight distinct bank groups. Padding works for every
+// head dim (96 and 192 have row lengths that are not a power-of-two number of 16-byte chunks, which
+// an XOR swizzle over 8 chunks would not cover).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/ptx_sm80.cuh"
+
+namespace flashattn::cuda::fa2 {
+
+constexpr int kWarpSize = 32;
+constexpr int kMmaM = 16;       // rows of one mma.sync.m16n8k16 tile
+constexpr int kMmaN = 8;        // columns of its accumulator
+constexpr int kMmaK = 16;       // reduction depth
+constexpr int kChunkElems = 8;  // 16-bit elements in one 16-byte cp.async / ldmatrix row segment
+constexpr int kChunkBytes = 16;
+constexpr int kElemBytes = 2;  // fp16 / bf16
+constexpr int kSmemPadElems = 8;  // 16 bytes of padding per shared-memory row (see the file comment)
+
+// Tile sizes of one forward kernel. A CTA owns kBlockM query rows; warp w owns the kRowsPerWarp rows
+// starting at w * kRowsPerWarp, in kMTiles slices of 16 (sliced-Q: no cross-warp reduction).
+// K/V tiles of kBlockN keys rotate through kStages shared-memory buffers.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_>
+struct FwdConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ occupancy target
+  static constexpr int kStages = 2;                          // K/V double buffering
+
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;
+  static constexpr int kMTiles = kRowsPerWarp / kMmaM;   // 16-row slices per warp
+  static constexpr int kNTiles = kBlockN / kMmaN;        // accumulator tiles of S per slice
+  static constexpr int kDTiles = kHeadDim / kMmaN;       // accumulator tiles of O per slice
+  static constexpr int kQkSteps = kHeadDim / kMmaK;      // k-steps of Q K^T
+  static constexpr int kPvSteps = kBlockN / kMmaK;       // k-steps of P V
+  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;  // elements between shared rows
+  static constexpr int kChunksPerRow = kHeadDim / kChunkElems;
+
+  static constexpr int kQElems = kBlockM * kSmemStride;
+  static constexpr int kKvElems = kBlockN * kSmemStride;  // one K (or V) buffer
+  static constexpr int kSmemBytes = (kQElems + 2 * kStages * kKvElems) * kElemBytes;  // Q, K and V
+
+  static_assert(kHeadDim % kMmaK == 0, "head_dim must be a multiple of the mma k depth (16)");
+  static_assert(kBlockM % kWarps == 0 && kRowsPerWarp % kMmaM == 0,
+                "each warp must own whole 16-row slices of the Q tile");
+  static_assert(kBlockN % kMmaK == 0, "kBlockN must be a multiple of 16 (P V k-steps)");
+  static_assert(kNTiles % 2 == 0 && kDTiles % 2 == 0, "ldmatrix.x4 loads fragments for two n8 tiles at a time");
+  static_assert((kRowsPerWarp * kChunksPerRow) % kWarpSize == 0, "the epilogue splits a warp's rows over lanes");
+  static_assert((kSmemStride * kElemBytes) % kChunkBytes == 0, "shared rows must stay 16-byte aligned for cp.async");
+};
+
+// The largest power of two that divides n, capped at `cap` (a power of two): threads that share one
+// tile row.
+constexpr int pow2_divisor(int n, int cap = kWarpSize) {
+  return (n % 2 != 0 || cap == 1) ? 1 : 2 * pow2_divisor(n / 2, cap / 2);
+}
+
+// Copies a [kRows x kCols] tile of 16-bit elements from global to shared memory with 16-byte cp.async.
+// Rows >= valid_rows and columns >= head_dim (a head dim padded up to the kernel's) are zero-filled
+// without reading global memory: stale shared data could hold NaN, and 0 * NaN is NaN.
+//
+// Each thread keeps one column set and one first row for every tile it ever loads (the other chunks
+// are at compile-time offsets), so the per-thread addressing state that stays live across the KV loop
+// is a few registers instead of one address per chunk.
+template <int kRows, int kCols, int kSmemStride, int kThreads>
+struct TileLoader {
+  static constexpr int kChunksPerRow = kCols / kChunkElems;
+  static constexpr int kThreadsPerRow = pow2_divisor(kChunksPerRow);
+  static constexpr int kColIters = kChunksPerRow / kThreadsPerRow;
+  static constexpr int kRowsPerPass = kThreads / kThreadsPerRow;
+  static constexpr int kRowIters = kRows / kRowsPerPass;
+  static_assert(kThreads % kThreadsPerRow == 0, "threads must cover whole rows");
+  static_assert(kRows % kRowsPerPass == 0, "tile rows must split evenly over the CTA's threads");
+
+  int row0;  // first row of this thread
+  int col0;  // first column (elements) of this thread
+
+  __device__ __forceinline__ explicit TileLoader(int tid)
+      : row0(tid / kThreadsPerRow), col0((tid % kThreadsPerRow) * kChunkElems) {}
+
+  // row_stride must satisfy kRows * row_stride < 2^31 (checked on the host): offsets inside one tile
+  // are 32-bit, which keeps the addressing state small.
+  template <typename T>
+  __device__ __forceinline__ void load(T* smem, const T* gmem, int row_stride, int valid_rows,
+                                       int head_dim) const {
+    const int src_row = row0 * row_stride + col0;
+    T* dst_row = smem + row0 * kSmemStride + col0;
+#pragma unroll
+    for (int i = 0; i < kRowIters; ++i) {
+      const bool row_ok = row0 + i * kRowsPerPass < valid_rows;
+#pragma unroll
+      for (int j = 0; j < kColIters; ++j) {
+        const int col = j * kThreadsPerRow * kChunkElems;
+        const bool valid = row_ok && col0 + col < head_dim;
+        // With valid false the copy reads nothing (src-size 0), so the address may lie past the tensor.
+        const int src = src_row + i * kRowsPerPass * row_stride + col;
+        cp_async_16(dst_row + i * kRowsPerPass * kSmemStride + col, gmem + src, valid);
+      }
+    }
+  }
+};
+
+}  // namespace flashattn::cuda::fa2

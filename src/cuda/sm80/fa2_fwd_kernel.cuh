@@ -1,0 +1,346 @@
+// FlashAttention-2 forward on sm80+ (FA2 paper, Algorithm 1, with FA2's parallelism).
+//
+// Grid: (Q tiles, heads_q, batch). A CTA owns kBlockM query rows; each warp owns its own 16-row slices
+// of them, so softmax statistics never cross warps. Q is loaded once; K/V tiles of kBlockN keys are
+// double-buffered with cp.async, visited from the last KV block of the tile's range to the first (the
+// partially masked blocks at the causal diagonal and the sequence end come first). S = Q K^T and
+// O += P V run on mma.sync.m16n8k16 with fp32 accumulators; the softmax is online, in log2 units, and O
+// stays unnormalized until the epilogue (deferred normalization).
+#pragma once
+
+#include "core/mask.h"
+#include "core/numeric.h"
+#include "cuda/common/problem_params.cuh"
+#include "cuda/common/ptx_sm80.cuh"
+#include "cuda/sm80/fa2_common.cuh"
+
+namespace flashattn::cuda::fa2 {
+
+// Turns raw dot products into scores in log2 units: s * scale * log2(e), or with softcap c
+// c * tanh(s * scale / c) * log2(e). Scaling before the row max keeps a negative softmax scale correct.
+// The factors are read from the kernel parameters (constant memory) rather than kept in registers, and
+// the softcap branch sits outside the element loops: inside them the compiler would evaluate both
+// sides (tanhf for every score) and keep both sets of temporaries live.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void scale_scores(float (&s)[kMTiles][kNTiles][4], const AttnParams& p) {
+  if (p.softcap > 0.0f) {
+    const float inner = p.scale / p.softcap;
+    const float outer = p.softcap * core::kLog2e;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          // tanhf, not tanh.approx: the approximation's error is as large as a 16-bit rounding.
+          s[mt][nt][e] = tanhf(s[mt][nt][e] * inner) * outer;
+  } else {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
+  }
+}
+
+// Per-thread state of one warp's query slices. Thread (g = lane / 4, t = lane % 4) holds rows g and g + 8
+// of every slice ("half" 0 and 1 below) and, of those rows, the accumulator columns 2t and 2t + 1 of
+// every n8 tile (the mma.sync C layout in ptx_sm80.cuh).
+template <typename Cfg>
+struct WarpState {
+  float o[Cfg::kMTiles][Cfg::kDTiles][4];   // unnormalized output
+  float row_max[Cfg::kMTiles][2];           // running max, log2 units; -inf until a visible key is seen
+  float row_sum[Cfg::kMTiles][2];           // this thread's part of the running sum (quad-reduced at the end)
+};
+
+// One KV block: S = Q K^T, online softmax, O += P V. kMasked applies the per-element mask (blocks that
+// cross a mask boundary or the end of the keys); fully visible blocks skip it.
+template <bool kMasked, typename Cfg, typename T>
+__device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParams& p, const T* sQ_warp,
+                                             const T* sK, const T* sV, int lane, int len_q, int len_k,
+                                             int first_row, int first_key) {
+  constexpr int kStride = Cfg::kSmemStride;
+  const int g = lane / 4, t = lane % 4;
+  // ldmatrix row addresses (see ptx_sm80.cuh for the fragment layouts):
+  //   Q (A operand): matrices {rows 0-7, 8-15} x {cols 0-7, 8-15}, in a0..a3 order.
+  //   K (B operand, keys are the n dim): {keys 0-7: d 0-7, d 8-15}, {keys 8-15: d 0-7, d 8-15}.
+  //   V (B operand through .trans, keys are the k dim): {d 0-7: keys 0-7, 8-15}, {d 8-15: keys 0-7, 8-15}.
+  const int q_row = lane % 16, q_col = (lane / 16) * 8;
+  const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;
+  const int v_row = lane % 16, v_col = (lane / 16) * 8;
+
+  float s[Cfg::kMTiles][Cfg::kNTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+
+#pragma unroll
+  for (int ks = 0; ks < Cfg::kQkSteps; ++ks) {
+    uint32_t a[Cfg::kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+      ldmatrix_x4(a[mt], sQ_warp + (mt * kMmaM + q_row) * kStride + ks * kMmaK + q_col);
+#pragma unroll
+    for (int np = 0; np < Cfg::kNTiles / 2; ++np) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, sK + (np * 16 + k_row) * kStride + ks * kMmaK + k_col);
+      const uint32_t b_lo[2] = {kb[0], kb[1]};
+      const uint32_t b_hi[2] = {kb[2], kb[3]};
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+        mma_16816<T>(s[mt][2 * np], a[mt], b_lo);
+        mma_16816<T>(s[mt][2 * np + 1], a[mt], b_hi);
+      }
+    }
+  }
+
+  scale_scores(s, p);
+  uint32_t p16[Cfg::kMTiles][Cfg::kNTiles][2];  // P as packed 16-bit pairs: [slice][n8 tile][row half]
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // Visible columns of this thread's row, relative to its first column (first_key + 2t), so that
+      // each element's test is a compare against a compile-time column offset.
+      int col_lo = 0, col_hi = 0;
+      if constexpr (kMasked) {
+        // Rebuilt here (the same MaskSpec as p.mask(batch)) so that it is not held in registers across
+        // the KV loop for the fully visible blocks.
+        const core::MaskSpec mask =
+            core::MaskSpec::make(len_q, len_k, p.causal, p.window_left, p.window_right);
+        const int row = first_row + mt * kMmaM + g + half * 8;
+        const int col0 = first_key + 2 * t;
+        col_lo = int(mask.key_begin(row)) - col0;
+        col_hi = int(mask.key_end(row)) - col0;
+      }
+      float tile_max = core::kNegInf;
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float x = s[mt][nt][2 * half + e];
+          if constexpr (kMasked) {
+            const int col = nt * kMmaN + e;
+            if (col < col_lo || col >= col_hi) x = core::kNegInf;
+          }
+          s[mt][nt][2 * half + e] = x;
+          tile_max = fmaxf(tile_max, x);
+        }
+      }
+      tile_max = quad_max(tile_max);
+      const float new_max = fmaxf(st.row_max[mt][half], tile_max);
+      // -inf - -inf is NaN: a row that has seen only masked keys subtracts 0 instead, which sends its
+      // exp2(-inf) terms and the (-inf) old max to 0.
+      const float base = new_max == core::kNegInf ? 0.0f : new_max;
+      const float factor = fast_exp2(st.row_max[mt][half] - base);
+      st.row_max[mt][half] = new_max;
+      // The row sum adds the fp32 probabilities: summing the 16-bit P instead would put its rounding
+      // (up to 2^-8 relative in bf16) into the LSE.
+      float tile_sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
+        const float p0 = fast_exp2(s[mt][nt][2 * half] - base);
+        const float p1 = fast_exp2(s[mt][nt][2 * half + 1] - base);
+        tile_sum += p0 + p1;
+        p16[mt][nt][half] = pack2<T>(p0, p1);
+      }
+      st.row_sum[mt][half] = st.row_sum[mt][half] * factor + tile_sum;
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
+        st.o[mt][dt][2 * half] *= factor;
+        st.o[mt][dt][2 * half + 1] *= factor;
+      }
+    }
+  }
+
+  // O += P V. The C fragment of S tiles 2kk and 2kk+1 is exactly the A fragment of P for keys
+  // [16kk, 16kk + 16) (a0 = row g of tile 2kk, a1 = row g+8 of tile 2kk, a2/a3 the same of tile 2kk+1),
+  // so P goes to the tensor cores without touching shared memory.
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kPvSteps; ++kk) {
+    uint32_t a[Cfg::kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+      a[mt][0] = p16[mt][2 * kk][0];
+      a[mt][1] = p16[mt][2 * kk][1];
+      a[mt][2] = p16[mt][2 * kk + 1][0];
+      a[mt][3] = p16[mt][2 * kk + 1][1];
+    }
+    if (kk == 0) {
+      // Scheduling fence: the first P V mma of every slice depends on all row sums (the select never
+      // fires, sums are >= 0). Without it ptxas starts P V early and defers the sum's FADDs, keeping
+      // every fp32 probability live next to the accumulators, which spills the hd128 kernel.
+      float all_sums = 0.0f;
+#pragma unroll
+      for (int m = 0; m < Cfg::kMTiles; ++m) all_sums += st.row_sum[m][0] + st.row_sum[m][1];
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMTiles; ++mt) a[mt][0] = all_sums < 0.0f ? 0u : a[mt][0];
+    }
+#pragma unroll
+    for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, sV + (kk * kMmaK + v_row) * kStride + dp * 16 + v_col);
+      const uint32_t b_lo[2] = {vb[0], vb[1]};
+      const uint32_t b_hi[2] = {vb[2], vb[3]};
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+        mma_16816<T>(st.o[mt][2 * dp], a[mt], b_lo);
+        mma_16816<T>(st.o[mt][2 * dp + 1], a[mt], b_hi);
+      }
+    }
+  }
+}
+
+template <typename T>
+struct LoopUniforms {
+  const T* k_seq;  // K and V of this (batch, kv_head) sequence
+  const T* v_seq;
+  int vis_lo, vis_hi;  // KV blocks [vis_lo, vis_hi) need no per-element mask
+};
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_kernel(const AttnParams p) {
+  constexpr int kStride = Cfg::kSmemStride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + Cfg::kQElems;                       // [kStages][kBlockN][kStride]
+  T* sV = sK + Cfg::kStages * Cfg::kKvElems;       // [kStages][kBlockN][kStride]
+
+  // Q tiles in reverse launch order: with causal masks the last tiles see the most keys, so they start first.
+  const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int len_q = p.len_q(batch);
+  const int row_begin = m_block * Cfg::kBlockM;
+  if (row_begin >= len_q) return;  // varlen: this sequence is shorter (or empty)
+  const int len_k = p.len_k(batch);
+  const int row_end = min(row_begin + Cfg::kBlockM, len_q);
+  const core::MaskSpec mask = p.mask(batch);
+  const core::BlockRange range = core::kv_block_range(mask, row_begin, row_end, Cfg::kBlockN);
+
+  const int tid = threadIdx.x;
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int warp_row = warp * Cfg::kRowsPerWarp;  // first tile row of this warp
+  const int kv_head = head / (p.heads_q / p.heads_kv);
+
+  const T* q_tile = static_cast<const T*>(p.q.ptr) + batch * p.q.batch_stride +
+                    (int64_t(p.q_offset(batch)) + row_begin) * p.q.row_stride + head * p.q.head_stride;
+  const T* k_seq = static_cast<const T*>(p.k.ptr) + batch * p.k.batch_stride +
+                   int64_t(p.k_offset(batch)) * p.k.row_stride + kv_head * p.k.head_stride;
+  const T* v_seq = static_cast<const T*>(p.v.ptr) + batch * p.v.batch_stride +
+                   int64_t(p.k_offset(batch)) * p.v.row_stride + kv_head * p.v.head_stride;
+
+  WarpState<Cfg> st;
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      st.row_max[mt][half] = core::kNegInf;
+      st.row_sum[mt][half] = 0.0f;
+    }
+#pragma unroll
+    for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st.o[mt][dt][e] = 0.0f;
+  }
+
+  // CTA-uniform values the KV loop reads once per block live in shared memory: in registers they would
+  // stay live through every mma next to the accumulators, which pushes the hd128 kernel over 255
+  // registers (ptxas then spills exactly these).
+  __shared__ LoopUniforms<T> uni;
+
+  const TileLoader<Cfg::kBlockN, Cfg::kHeadDim, kStride, Cfg::kThreads> kv_loader(tid);
+  auto load_kv = [&](const T* k_base, const T* v_base, int n_block, int stage) {
+    const int key0 = n_block * Cfg::kBlockN;
+    const int valid = len_k - key0;
+    kv_loader.load(sK + stage * Cfg::kKvElems, k_base + key0 * p.k.row_stride, int(p.k.row_stride), valid,
+                   p.head_dim);
+    kv_loader.load(sV + stage * Cfg::kKvElems, v_base + key0 * p.v.row_stride, int(p.v.row_stride), valid,
+                   p.head_dim);
+  };
+
+  // A tile whose rows see no key at all skips the loop: O = 0 and LSE = -inf from the zero state.
+  if (!range.empty()) {
+    // Blocks that need no per-element mask: MaskSpec::tile_fully_visible solved for the block index.
+    // Block n is fully visible when n * kBlockN >= key_begin(last row) and
+    // (n + 1) * kBlockN <= key_end(first row) (which is at most seqlen_k), i.e. n in [vis_lo, vis_hi).
+    if (tid == 0) {
+      uni.k_seq = k_seq;
+      uni.v_seq = v_seq;
+      uni.vis_lo = int((mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN);
+      uni.vis_hi = int(mask.key_end(row_begin) / Cfg::kBlockN);
+    }
+    TileLoader<Cfg::kBlockM, Cfg::kHeadDim, kStride, Cfg::kThreads>(tid).load(sQ, q_tile, int(p.q.row_stride),
+                                                                           row_end - row_begin, p.head_dim);
+    const int n_first = int(range.first);
+    int stage = 0;
+    load_kv(k_seq, v_seq, int(range.last) - 1, stage);
+    cp_async_commit();
+    for (int n_block = int(range.last) - 1; n_block >= n_first; --n_block) {
+      cp_async_wait<0>();
+      // Makes this block's K/V (and Q, and `uni`) visible to every warp, and proves every warp is done
+      // reading the other buffer (the previous block), which the prefetch below overwrites.
+      __syncthreads();
+      if (n_block > n_first) {
+        load_kv(uni.k_seq, uni.v_seq, n_block - 1, stage ^ 1);
+        cp_async_commit();
+      }
+      const T* sK_stage = sK + stage * Cfg::kKvElems;
+      const T* sV_stage = sV + stage * Cfg::kKvElems;
+      const int key0 = n_block * Cfg::kBlockN;
+      if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
+        attend_block</*kMasked=*/false>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
+                                        row_begin + warp_row, key0);
+      else
+        attend_block</*kMasked=*/true>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
+                                       row_begin + warp_row, key0);
+      stage ^= 1;
+    }
+  }
+
+  // Epilogue. Each warp stages its own rows of O in its own rows of sQ (only this warp ever read them),
+  // then writes them out with 16-byte coalesced stores.
+  const int g = lane / 4, t = lane % 4;
+  T* sO = sQ + warp_row * kStride;
+  __syncwarp();
+  float* lse = static_cast<float*>(p.lse.ptr);
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float sum = quad_sum(st.row_sum[mt][half]);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // rows that see no key: O = 0
+      const int tile_row = mt * kMmaM + g + half * 8;
+      const int row = row_begin + warp_row + tile_row;
+      if (lse != nullptr && t == 0 && row < len_q) {
+        const float value = sum > 0.0f ? (st.row_max[mt][half] + __log2f(sum)) * core::kLn2 : core::kNegInf;
+        lse[batch * p.lse.batch_stride + head * p.lse.head_stride +
+            (int64_t(p.q_offset(batch)) + row) * p.lse.row_stride] = value;
+      }
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
+        const uint32_t packed = pack2<T>(st.o[mt][dt][2 * half] * inv, st.o[mt][dt][2 * half + 1] * inv);
+        *reinterpret_cast<uint32_t*>(sO + tile_row * kStride + dt * kMmaN + 2 * t) = packed;
+      }
+    }
+  }
+  __syncwarp();
+  T* out_tile = static_cast<T*>(p.out.ptr) + batch * p.out.batch_stride +
+                (int64_t(p.q_offset(batch)) + row_begin + warp_row) * p.out.row_stride + head * p.out.head_stride;
+  constexpr int kWarpChunks = Cfg::kRowsPerWarp * Cfg::kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < kWarpChunks / kWarpSize; ++i) {
+    const int idx = lane + i * kWarpSize;
+    const int r = idx / Cfg::kChunksPerRow;
+    const int col = (idx % Cfg::kChunksPerRow) * kChunkElems;
+    if (row_begin + warp_row + r < len_q && col < p.head_dim)
+      *reinterpret_cast<uint4*>(out_tile + r * p.out.row_stride + col) =
+          *reinterpret_cast<const uint4*>(sO + r * kStride + col);
+  }
+}
+
+}  // namespace flashattn::cuda::fa2
