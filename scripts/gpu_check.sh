@@ -11,7 +11,8 @@
 # summary.txt; the summary table is printed last. Without nvcc or a GPU it prints "skipped" and exits 0.
 #
 # Environment: FLASHATTN_CUDA_ARCHITECTURES, FLASHATTN_BUILD_DIR (default build-gpu-check), JOBS,
-# FLASHATTN_BENCH=quick|full|off (default quick), FLASHATTN_SANITIZER_FILTER, FLASHATTN_RACECHECK_FILTER,
+# FLASHATTN_BENCH=paper|quick|full|off (default paper: fa2 on the papers' whole sweep, fa1 and standard on
+# the quick subset; quick: everything on the subset; full: everything on the whole sweep), FLASHATTN_SANITIZER_FILTER, FLASHATTN_RACECHECK_FILTER,
 # FLASHATTN_COMMIT (recorded in the results; taken from git when unset).
 set -uo pipefail
 
@@ -40,7 +41,7 @@ OUT=$(cd "$OUT" && pwd)
 BUILD=${FLASHATTN_BUILD_DIR:-$ROOT/build-gpu-check}
 ARCHS=${FLASHATTN_CUDA_ARCHITECTURES:-80;90a}
 JOBS=${JOBS:-$(nproc)}
-BENCH_MODE=${FLASHATTN_BENCH:-quick}
+BENCH_MODE=${FLASHATTN_BENCH:-paper}
 SAN_FILTER=${FLASHATTN_SANITIZER_FILTER:-*bf16_sq17_sk17_causal*:*bf16_varlen_empty_seqs_causal*}
 RACE_FILTER=${FLASHATTN_RACECHECK_FILTER:-*bf16_sq17_sk17_causal*}
 SAN_TIMEOUT=240
@@ -209,11 +210,27 @@ elif [ ! -x "$CLI" ]; then
   row bench skipped "no flashattn CLI"
 else
   t0=$(date +%s)
-  QUICK=()
-  [ "$BENCH_MODE" = full ] || QUICK=(--quick)
-  section "flashattn bench --gpu ${QUICK[*]}" >>"$TESTS_LOG"
-  "$CLI" bench --gpu "${QUICK[@]}" --json "$TMP/ours.json" >>"$TESTS_LOG" 2>&1
+  # fa2 over the whole sweep of the FlashAttention papers (quick mode: a subset); the baselines (fa1,
+  # standard) on the quick subset only, since at long sequences they take seconds per call.
+  FA2_QUICK=()
+  [ "$BENCH_MODE" = quick ] && FA2_QUICK=(--quick)
+  section "flashattn bench --gpu --algo fa2 ${FA2_QUICK[*]}" >>"$TESTS_LOG"
+  "$CLI" bench --gpu --algo fa2 "${FA2_QUICK[@]}" --json "$TMP/ours_fa2.json" >>"$TESTS_LOG" 2>&1
   bench_rc=$?
+  BASE_QUICK=(--quick)
+  [ "$BENCH_MODE" = full ] && BASE_QUICK=()
+  section "flashattn bench --gpu --algo fa1,standard ${BASE_QUICK[*]}" >>"$TESTS_LOG"
+  "$CLI" bench --gpu --algo fa1,standard "${BASE_QUICK[@]}" --json "$TMP/ours_base.json" >>"$TESTS_LOG" 2>&1
+  bench_rc=$(( bench_rc | $? ))
+  python3 - "$TMP/ours_fa2.json" "$TMP/ours_base.json" "$TMP/ours.json" >>"$TESTS_LOG" 2>&1 <<'PY'
+import json, sys
+first, second, out = sys.argv[1:4]
+merged = json.load(open(first))
+for key in ("rows", "skipped"):
+    if isinstance(merged.get(key), list):
+        merged[key].extend(json.load(open(second)).get(key, []))
+json.dump(merged, open(out, "w"), indent=1)
+PY
   section "bench/peers_sdpa.py" >>"$TESTS_LOG"
   if [ -f "$TMP/ours.json" ]; then
     python3 "$ROOT/bench/peers_sdpa.py" --shapes-from "$TMP/ours.json" --json "$TMP/peers.json" >>"$TESTS_LOG" 2>&1
