@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/stream_buffer.h"
 #include "cuda/launch.h"
 
 namespace flashattn::cuda::fa1 {
@@ -21,28 +22,6 @@ inline int instance_head_dim(int64_t head_dim) {
     if (head_dim <= d) return d;
   return 0;
 }
-
-// Device memory that goes back to the stream's pool on every exit path.
-class StreamBuffer {
- public:
-  explicit StreamBuffer(cudaStream_t stream) : stream_(stream) {}
-  StreamBuffer(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(const StreamBuffer&) = delete;
-  ~StreamBuffer() {
-    if (ptr_) cudaFreeAsync(ptr_, stream_);
-  }
-  Status allocate_zeroed(size_t bytes) {
-    bytes = bytes ? bytes : 1;
-    FA_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr_, bytes, stream_));
-    FA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ptr_, 0, bytes, stream_));
-    return Status::Ok();
-  }
-  float* floats(size_t offset) const { return static_cast<float*>(ptr_) + offset; }
-
- private:
-  cudaStream_t stream_;
-  void* ptr_ = nullptr;
-};
 
 // Rows of the fp32 workspaces per head: every packed row (varlen) or batch * seqlen_q. Varlen rows after the
 // last sequence are never visited by the main kernels, so the final passes write them as rows that saw no key.

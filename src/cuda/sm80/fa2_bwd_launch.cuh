@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/stream_buffer.h"
 #include "cuda/launch.h"
 #include "cuda/sm80/fa2_bwd_dkdv.cuh"
 #include "cuda/sm80/fa2_bwd_dq.cuh"
@@ -18,34 +19,6 @@
 namespace flashattn::cuda::fa2_bwd {
 
 constexpr int kElementwiseBlocksPerSm = 16;
-
-// A stream-ordered device allocation, released on the stream on every way out of the launch sequence
-// (kernels already queued keep it alive until they finish).
-class StreamBuffer {
- public:
-  explicit StreamBuffer(cudaStream_t stream) : stream_(stream) {}
-  StreamBuffer(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(const StreamBuffer&) = delete;
-  ~StreamBuffer() {
-    if (ptr_) cudaFreeAsync(ptr_, stream_);
-  }
-  Status allocate(size_t bytes) {
-    if (bytes == 0) return Status::Ok();
-    FA_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr_, bytes, stream_));
-    return Status::Ok();
-  }
-  float* floats() const { return static_cast<float*>(ptr_); }
-  Status release() {
-    void* p = ptr_;
-    ptr_ = nullptr;
-    if (p) FA_CUDA_RETURN_IF_ERROR(cudaFreeAsync(p, stream_));
-    return Status::Ok();
-  }
-
- private:
-  cudaStream_t stream_;
-  void* ptr_ = nullptr;
-};
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

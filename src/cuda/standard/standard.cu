@@ -21,6 +21,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/problem_params.cuh"
+#include "cuda/common/stream_buffer.h"
 #include "cuda/launch.h"
 #include "cuda/standard/cublas_context.h"
 #include "cuda/standard/standard_kernels.cuh"
@@ -204,26 +205,6 @@ Status store_rows(const float* src, float alpha, const StoreRows& st, cudaStream
   FA_CUDA_RETURN_IF_LAUNCH_ERROR("store_rows_kernel");
   return Status::Ok();
 }
-
-// Device memory that goes back to the stream's pool on every exit path.
-class StreamBuffer {
- public:
-  explicit StreamBuffer(cudaStream_t stream) : stream_(stream) {}
-  StreamBuffer(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(const StreamBuffer&) = delete;
-  ~StreamBuffer() {
-    if (ptr_) cudaFreeAsync(ptr_, stream_);
-  }
-  Status allocate(size_t bytes) {
-    FA_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr_, std::max<size_t>(bytes, 1), stream_));
-    return Status::Ok();
-  }
-  char* at(size_t offset) const { return static_cast<char*>(ptr_) + offset; }
-
- private:
-  cudaStream_t stream_;
-  void* ptr_ = nullptr;
-};
 
 template <typename T>
 Status forward_segment(const detail::Problem& p, const Segment& seg, const Workspace& w, const StreamBuffer& buf,
