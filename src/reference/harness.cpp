@@ -139,6 +139,21 @@ int64_t count_nan(const HostTensor& t) {
   return n;
 }
 
+int64_t count_touched_padding(const HostTensor& t) {
+  const int64_t elem = dtype_size(t.view.dtype);
+  const int64_t slots = int64_t(t.storage.size()) / elem;
+  std::vector<bool> logical(size_t(slots), false);
+  for (int64_t linear = 0; linear < t.numel(); ++linear) logical[size_t(offset_of(t.view, linear))] = true;
+  HostTensor fresh = t;
+  poison(&fresh);
+  int64_t touched = 0;
+  for (int64_t s = 0; s < slots; ++s)
+    if (!logical[size_t(s)] &&
+        std::memcmp(&t.storage[size_t(s * elem)], &fresh.storage[size_t(s * elem)], size_t(elem)) != 0)
+      ++touched;
+  return touched;
+}
+
 double max_abs_diff(const HostTensor& got, const std::vector<double>& ref) {
   if (int64_t(ref.size()) != got.numel()) return std::numeric_limits<double>::infinity();
   double m = 0;

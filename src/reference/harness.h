@@ -43,6 +43,9 @@ void fill_uniform(HostTensor* t, std::mt19937_64& rng, double scale = 1.0);
 void poison(HostTensor* t);
 // Number of elements that are still NaN (i.e. were never written).
 int64_t count_nan(const HostTensor& t);
+// Storage elements outside the logical elements (row padding, the gaps of a permuted view) that no
+// longer hold the pattern `poison` wrote: a kernel wrote where it must not. Meaningful after `poison`.
+int64_t count_touched_padding(const HostTensor& t);
 
 // max |a - b| over all elements, with NaN in either giving +inf.
 double max_abs_diff(const HostTensor& got, const std::vector<double>& ref);

@@ -1,11 +1,16 @@
-// One attention test case on the host: a shape, its random inputs, poisoned outputs, and the API
-// arguments wired to them. Shared by the test suites.
+// One attention test case on the host: a shape, its memory layout, seeded random inputs, poisoned
+// outputs, the API arguments wired to them, and the comparison with the float64 reference. Shared by
+// the CPU and GPU test suites (the GPU suites mirror a HostCase on the device: tests/gpu/device_case.h).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashattn/attention.h"
@@ -14,21 +19,44 @@
 
 namespace flashattn::testing {
 
+// How the q/k/v-like tensors of a case lie in memory.
+enum class Layout {
+  kContiguous,
+  kPadded,           // every row of head_dim followed by CaseSpec::pad unused elements
+  kHeadMajor,        // heads outside rows: [.., heads, rows, d] memory viewed as [.., rows, heads, d]
+  kBatchHeadMajor,   // kHeadMajor for batched (rank-4) tensors; packed varlen tensors get padded rows
+};
+// Row padding of the companion tensors (see CaseSpec::layout) and the default of CaseSpec::pad: 16 bytes
+// of fp16/bf16, so padded rows stay 16-byte aligned as the cp.async kernels require.
+constexpr int64_t kRowPadElems = 8;
+
 struct CaseSpec {
+  std::string label;  // the caller's name for the case (a test parameter name); name() starts with it
   int64_t batch = 1, seqlen_q = 16, seqlen_k = 16, heads_q = 2, heads_kv = 2, head_dim = 32;
   DType dtype = DType::kFloat32;
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
   float softcap = 0.0f;
-  float scale = 0.0f;
+  float scale = 0.0f;  // 0: 1/sqrt(head_dim)
   // Varlen when non-empty: per-sequence lengths (batch = size), packed layout.
   std::vector<int64_t> lens_q, lens_k;
-  int64_t pad = 0;  // extra elements per row of every q/k/v/out-like tensor: non-contiguous strides
-  bool with_lse = true;
+  // Packed rows after the last sequence: no sequence owns them, so out must be 0, lse -inf and their
+  // gradients 0 there.
+  int64_t varlen_tail_rows = 0;
+  // Layout of the primary tensors q, v, dout, dk. The companions k, out, dq, dv are contiguous when it
+  // is kContiguous and padded by kRowPadElems otherwise: mixed on purpose, each tensor brings its own strides.
+  Layout layout = Layout::kContiguous;
+  int64_t pad = kRowPadElems;  // kPadded: elements of padding after each row of the primary tensors
+  bool with_lse = true;        // forward: pass lse (backward always needs it)
+  // dout, dq, dk, dv are made (and dout drawn) only when set: forward-only cases skip their memory.
+  bool with_backward = true;
+  Algorithm algorithm = Algorithm::kAuto;
+  bool deterministic = false;
 
   bool varlen() const { return !lens_q.empty(); }
   std::string name() const {
     std::ostringstream s;
+    if (!label.empty()) s << label << ": ";
     s << to_string(dtype) << " b" << batch << " sq" << seqlen_q << " sk" << seqlen_k << " h" << heads_q << "/"
       << heads_kv << " d" << head_dim;
     if (causal) s << " causal";
@@ -38,11 +66,33 @@ struct CaseSpec {
       s << " varlen(";
       for (size_t i = 0; i < lens_q.size(); ++i) s << (i ? "," : "") << lens_q[i] << ":" << lens_k[i];
       s << ")";
+      if (varlen_tail_rows) s << " tail" << varlen_tail_rows;
     }
-    if (pad) s << " pad" << pad;
+    if (layout == Layout::kPadded) s << " pad" << pad;
+    if (layout == Layout::kHeadMajor || layout == Layout::kBatchHeadMajor) s << " head-major";
+    if (deterministic) s << " deterministic";
     return s.str();
   }
 };
+
+// gtest prints a case parameter by its name instead of its bytes.
+inline void PrintTo(const CaseSpec& s, std::ostream* os) { *os << s.name(); }
+
+// A q/k/v-like tensor of `shape` ([batch, rows, heads, d] or packed [rows, heads, d]) in `layout`.
+inline harness::HostTensor make_tensor(DType dtype, std::vector<int64_t> shape, Layout layout,
+                                       int64_t pad = kRowPadElems) {
+  const bool packed = shape.size() != 4;
+  if (layout == Layout::kPadded || (layout == Layout::kBatchHeadMajor && packed))
+    return harness::HostTensor::make(dtype, shape, layout == Layout::kPadded ? pad : kRowPadElems);
+  if (layout == Layout::kContiguous) return harness::HostTensor::make(dtype, shape);
+  // Heads outside rows in memory: allocate with the two dims swapped, then swap the view back.
+  const size_t heads_dim = shape.size() - 2, rows_dim = heads_dim - 1;
+  std::swap(shape[heads_dim], shape[rows_dim]);
+  harness::HostTensor t = harness::HostTensor::make(dtype, shape);
+  std::swap(t.view.shape[heads_dim], t.view.shape[rows_dim]);
+  std::swap(t.view.stride[heads_dim], t.view.stride[rows_dim]);
+  return t;
+}
 
 struct HostCase {
   CaseSpec spec;
@@ -62,6 +112,8 @@ struct HostCase {
         cu_q.set(int64_t(i) + 1, double(tq));
         cu_k.set(int64_t(i) + 1, double(tk));
       }
+      tq += s.varlen_tail_rows;
+      tk += s.varlen_tail_rows;
       qs = {tq, s.heads_q, s.head_dim};
       ks = {tk, s.heads_kv, s.head_dim};
       ls = {s.heads_q, tq};
@@ -70,19 +122,23 @@ struct HostCase {
       ks = {s.batch, s.seqlen_k, s.heads_kv, s.head_dim};
       ls = {s.batch, s.heads_q, s.seqlen_q};
     }
-    q = harness::HostTensor::make(s.dtype, qs, s.pad);
-    k = harness::HostTensor::make(s.dtype, ks, s.pad);
-    v = harness::HostTensor::make(s.dtype, ks, s.pad);
-    out = harness::HostTensor::make(s.dtype, qs, s.pad);
-    dout = harness::HostTensor::make(s.dtype, qs, s.pad);
-    dq = harness::HostTensor::make(s.dtype, qs, s.pad);
-    dk = harness::HostTensor::make(s.dtype, ks, s.pad);
-    dv = harness::HostTensor::make(s.dtype, ks, s.pad);
+    const Layout primary = s.layout;
+    const Layout companion = s.layout == Layout::kContiguous ? Layout::kContiguous : Layout::kPadded;
+    q = make_tensor(s.dtype, qs, primary, s.pad);
+    k = make_tensor(s.dtype, ks, companion);
+    v = make_tensor(s.dtype, ks, primary, s.pad);
+    out = make_tensor(s.dtype, qs, companion);
     lse = harness::HostTensor::make(DType::kFloat32, ls);
+    if (s.with_backward) {
+      dout = make_tensor(s.dtype, qs, primary, s.pad);
+      dq = make_tensor(s.dtype, qs, companion);
+      dk = make_tensor(s.dtype, ks, primary, s.pad);
+      dv = make_tensor(s.dtype, ks, companion);
+    }
     harness::fill_uniform(&q, rng);
     harness::fill_uniform(&k, rng);
     harness::fill_uniform(&v, rng);
-    harness::fill_uniform(&dout, rng);
+    if (s.with_backward) harness::fill_uniform(&dout, rng);
     poison_outputs();
   }
 
@@ -90,6 +146,7 @@ struct HostCase {
     for (harness::HostTensor* t : {&out, &lse, &dq, &dk, &dv}) harness::poison(t);
   }
 
+  // Arguments on the host tensors (the reference, the CPU backend); backend left to the caller.
   AttentionArgs args() const {
     AttentionArgs a;
     a.q = q.view;
@@ -106,6 +163,8 @@ struct HostCase {
     a.window_left = spec.window_left;
     a.window_right = spec.window_right;
     a.softcap = spec.softcap;
+    a.algorithm = spec.algorithm;
+    a.deterministic = spec.deterministic;
     return a;
   }
 
@@ -119,6 +178,30 @@ struct HostCase {
     b.dv = dv.view;
     return b;
   }
+
+  // Overwrites out and lse with a forward result (e.g. the float64 reference, rounded to the tensors'
+  // dtypes), so that a backward does not depend on any forward kernel. False on a size mismatch.
+  bool set_forward_outputs(const std::vector<double>& out_values, const std::vector<double>& lse_values) {
+    if (int64_t(out_values.size()) != out.numel() || int64_t(lse_values.size()) != lse.numel()) return false;
+    for (int64_t i = 0; i < out.numel(); ++i) out.set(i, out_values[size_t(i)]);
+    for (int64_t i = 0; i < lse.numel(); ++i) lse.set(i, lse_values[size_t(i)]);
+    return true;
+  }
 };
+
+// One output against the reference: every element written (no NaN poison left), no storage outside the
+// logical elements touched, and the error within the tolerance rule of harness::judge. The verdict goes
+// to `log` as "  name verdict" when given.
+inline harness::Verdict expect_matches_reference(const std::string& name, const harness::HostTensor& got,
+                                                 const std::vector<double>& ref, const std::vector<double>& naive,
+                                                 DType dtype, std::ostream* log = nullptr) {
+  EXPECT_EQ(harness::count_nan(got), 0) << name << ": elements left unwritten (still NaN)";
+  EXPECT_EQ(harness::count_touched_padding(got), 0) << name << ": padding between rows was overwritten";
+  const harness::Verdict v =
+      harness::judge(harness::max_abs_diff(got, ref), harness::max_abs_diff(naive, ref), dtype, harness::max_abs(ref));
+  EXPECT_TRUE(v.pass) << name << ": " << v.describe();
+  if (log) *log << "  " << name << " " << v.describe() << "\n";
+  return v;
+}
 
 }  // namespace flashattn::testing

@@ -8,15 +8,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <iostream>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/attention_case.h"
 #include "core/numeric.h"
-#include "device_tensor.h"
+#include "device_case.h"
 #include "flashattn/attention.h"
 #include "reference/harness.h"
 #include "reference/reference.h"
@@ -29,44 +29,17 @@ using flashattn::RunInfo;
 using flashattn::Status;
 using flashattn::StatusCode;
 using flashattn::harness::HostTensor;
-using flashattn::testing::DeviceTensor;
+using flashattn::testing::DeviceCase;
+using flashattn::testing::expect_matches_reference;
+using flashattn::testing::HostCase;
+using flashattn::testing::Layout;
+using flashattn::testing::run_forward;
+using Case = flashattn::testing::CaseSpec;
 namespace harness = flashattn::harness;
 namespace reference = flashattn::reference;
 namespace core = flashattn::core;
 
-// How the q/k/v-like tensors are laid out in memory.
-enum class Layout {
-  kContiguous,
-  kPadded,     // rows of head_dim padded by kRowPadElems: head and row strides are not the dense ones
-  kHeadMajor,  // [.., heads, rows, d] memory viewed as [.., rows, heads, d]
-};
-constexpr int64_t kRowPadElems = 8;  // keeps rows 16-byte aligned, as cp.async requires
-
-struct Case {
-  std::string name;
-  DType dtype = DType::kBFloat16;
-  int64_t batch = 1, heads_q = 2, heads_kv = 2, seqlen_q = 64, seqlen_k = 64, head_dim = 128;
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
-  float softcap = 0.0f;
-  float scale = 0.0f;                   // 0: 1/sqrt(d)
-  std::vector<int64_t> lens_q, lens_k;  // varlen when non-empty
-  Layout layout = Layout::kContiguous;
-  bool with_lse = true;
-
-  bool varlen() const { return !lens_q.empty(); }
-  std::string describe() const {
-    std::string s = name + " [" + flashattn::to_string(dtype) + " b" + std::to_string(batch) + " h" +
-                    std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " sq" + std::to_string(seqlen_q) +
-                    " sk" + std::to_string(seqlen_k) + " d" + std::to_string(head_dim);
-    if (causal) s += " causal";
-    if (window_left >= 0 || window_right >= 0)
-      s += " window(" + std::to_string(window_left) + "," + std::to_string(window_right) + ")";
-    if (softcap > 0) s += " softcap" + std::to_string(softcap);
-    if (varlen()) s += " varlen";
-    return s + "]";
-  }
-};
+constexpr const char* kKernelPrefix = "fa2_fwd_sm80_";
 
 // One base seed per process (printed), one derived seed per case.
 uint64_t next_seed() {
@@ -79,181 +52,63 @@ uint64_t next_seed() {
   return base + count++;
 }
 
-HostTensor make_tensor(DType dtype, std::vector<int64_t> shape, Layout layout) {
-  if (layout == Layout::kPadded) return HostTensor::make(dtype, shape, kRowPadElems);
-  if (layout == Layout::kContiguous) return HostTensor::make(dtype, shape);
-  // Heads outside rows in memory: allocate with the two dims swapped, then swap the view back.
-  const int heads_dim = int(shape.size()) - 2, rows_dim = heads_dim - 1;
-  std::swap(shape[size_t(heads_dim)], shape[size_t(rows_dim)]);
-  HostTensor t = HostTensor::make(dtype, shape);
-  std::swap(t.view.shape[heads_dim], t.view.shape[rows_dim]);
-  std::swap(t.view.stride[heads_dim], t.view.stride[rows_dim]);
-  return t;
-}
-
-// 16-bit words of the storage that hold NaN (the poison): logical elements plus untouched padding.
-int64_t nan_words(const HostTensor& t) {
-  int64_t n = 0;
-  for (size_t i = 0; i + 1 < t.storage.size(); i += 2) {
-    uint16_t w;
-    std::memcpy(&w, &t.storage[i], 2);
-    const float f = t.view.dtype == DType::kFloat16 ? core::fp16_bits_to_float(w) : core::bf16_bits_to_float(w);
-    n += std::isnan(f) ? 1 : 0;
+// Logical index of the first element of the out row that lse element `i` describes.
+int64_t out_row_of_lse(const HostCase& h, int64_t i) {
+  const Case& c = h.spec;
+  const int64_t d = c.head_dim;
+  if (c.varlen()) {
+    const int64_t total = h.q.view.shape[0];
+    const int64_t head = i / total, t = i % total;
+    return (t * c.heads_q + head) * d;
   }
-  return n;
-}
-
-struct HostProblem {
-  Case c;
-  HostTensor q, k, v, out, lse, cu_q, cu_k;
-
-  HostProblem(const Case& cs, std::mt19937_64& rng) : c(cs) {
-    std::vector<int64_t> qs, ks, ls;
-    if (c.varlen()) {
-      const int64_t n = int64_t(c.lens_q.size());
-      cu_q = HostTensor::make(DType::kInt32, {n + 1});
-      cu_k = HostTensor::make(DType::kInt32, {n + 1});
-      int64_t tq = 0, tk = 0;
-      cu_q.set(0, 0);
-      cu_k.set(0, 0);
-      for (int64_t i = 0; i < n; ++i) {
-        tq += c.lens_q[size_t(i)];
-        tk += c.lens_k[size_t(i)];
-        cu_q.set(i + 1, double(tq));
-        cu_k.set(i + 1, double(tk));
-      }
-      qs = {tq, c.heads_q, c.head_dim};
-      ks = {tk, c.heads_kv, c.head_dim};
-      ls = {c.heads_q, tq};
-    } else {
-      qs = {c.batch, c.seqlen_q, c.heads_q, c.head_dim};
-      ks = {c.batch, c.seqlen_k, c.heads_kv, c.head_dim};
-      ls = {c.batch, c.heads_q, c.seqlen_q};
-    }
-    // Mixed layouts on purpose: each tensor brings its own strides.
-    const Layout other = c.layout == Layout::kContiguous ? Layout::kContiguous : Layout::kPadded;
-    q = make_tensor(c.dtype, qs, c.layout);
-    k = make_tensor(c.dtype, ks, other);
-    v = make_tensor(c.dtype, ks, c.layout);
-    out = make_tensor(c.dtype, qs, other);
-    lse = HostTensor::make(DType::kFloat32, ls);
-    harness::fill_uniform(&q, rng);
-    harness::fill_uniform(&k, rng);
-    harness::fill_uniform(&v, rng);
-    harness::poison(&out);
-    harness::poison(&lse);
-  }
-
-  AttentionArgs args() const {
-    AttentionArgs a;
-    a.q = q.view;
-    a.k = k.view;
-    a.v = v.view;
-    a.out = out.view;
-    if (c.with_lse) a.lse = lse.view;
-    if (c.varlen()) {
-      a.cu_seqlens_q = cu_q.view;
-      a.cu_seqlens_k = cu_k.view;
-    }
-    a.softmax_scale = c.scale;
-    a.causal = c.causal;
-    a.window_left = c.window_left;
-    a.window_right = c.window_right;
-    a.softcap = c.softcap;
-    return a;
-  }
-
-  // Logical index of the first element of the out row that lse element `i` describes.
-  int64_t out_row_of_lse(int64_t i) const {
-    const int64_t d = c.head_dim;
-    if (c.varlen()) {
-      const int64_t total = q.view.shape[0];
-      const int64_t h = i / total, t = i % total;
-      return (t * c.heads_q + h) * d;
-    }
-    const int64_t row = i % c.seqlen_q, h = (i / c.seqlen_q) % c.heads_q, b = i / (c.seqlen_q * c.heads_q);
-    return ((b * c.seqlen_q + row) * c.heads_q + h) * d;
-  }
-};
-
-// Runs the fa2 forward on the device copies of `h` and downloads out and lse into `h`.
-Status run_fa2(HostProblem* h, RunInfo* info) {
-  DeviceTensor q(h->q), k(h->k), v(h->v), out(h->out), lse(h->lse), cu_q, cu_k;
-  AttentionArgs a = h->args();
-  a.q = q.view();
-  a.k = k.view();
-  a.v = v.view();
-  a.out = out.view();
-  if (h->c.with_lse) a.lse = lse.view();
-  if (h->c.varlen()) {
-    cu_q.upload(h->cu_q);
-    cu_k.upload(h->cu_k);
-    a.cu_seqlens_q = cu_q.view();
-    a.cu_seqlens_k = cu_k.view();
-  }
-  a.backend = flashattn::Backend::kCUDA;
-  a.algorithm = flashattn::Algorithm::kFA2;
-  Status s = flashattn::forward(a, info);
-  if (!s.ok()) return s;
-  if (cudaDeviceSynchronize() != cudaSuccess) return Status::Runtime("cudaDeviceSynchronize failed after fa2 forward");
-  out.download(&h->out);
-  lse.download(&h->lse);
-  return s;
+  const int64_t row = i % c.seqlen_q, head = (i / c.seqlen_q) % c.heads_q, b = i / (c.seqlen_q * c.heads_q);
+  return ((b * c.seqlen_q + row) * c.heads_q + head) * d;
 }
 
 void check_case(const Case& c) {
   const uint64_t seed = next_seed();
-  SCOPED_TRACE(c.describe() + " seed " + std::to_string(seed));
+  SCOPED_TRACE(c.name() + " seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  HostProblem h(c, rng);
+  HostCase h(c, rng);
 
   RunInfo info;
-  Status s = run_fa2(&h, &info);
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  EXPECT_EQ(info.kernel.rfind("fa2_fwd_sm80_", 0), 0u) << info.kernel;
+  ASSERT_NO_FATAL_FAILURE(run_forward(&h, kKernelPrefix, &info));
 
   reference::Result ref, naive;
   ASSERT_TRUE(reference::forward(h.args(), reference::Precision::kFloat64, &ref).ok());
   ASSERT_TRUE(reference::forward(h.args(), reference::Precision::kNaive, &naive).ok());
 
   // Every element written, and nothing else: the padding keeps its poison.
-  EXPECT_EQ(harness::count_nan(h.out), 0) << "out has unwritten elements";
-  EXPECT_EQ(nan_words(h.out), int64_t(h.out.storage.size() / 2) - h.out.numel()) << "out padding was written";
-
-  const harness::Verdict vo = harness::judge(harness::max_abs_diff(h.out, ref.out),
-                                             harness::max_abs_diff(naive.out, ref.out), c.dtype,
-                                             harness::max_abs(ref.out));
-  EXPECT_TRUE(vo.pass) << "out: " << vo.describe();
+  const harness::Verdict vo = expect_matches_reference("out", h.out, ref.out, naive.out, c.dtype);
 
   // Rows that see no key: exactly 0 and lse = -inf.
   int64_t empty_rows = 0;
   for (size_t i = 0; i < ref.lse.size(); ++i) {
     if (ref.lse[i] != -std::numeric_limits<double>::infinity()) continue;
     ++empty_rows;
-    const int64_t first = h.out_row_of_lse(int64_t(i));
+    const int64_t first = out_row_of_lse(h, int64_t(i));
     for (int64_t x = 0; x < c.head_dim; ++x) ASSERT_EQ(h.out.get(first + x), 0.0) << "empty row " << i;
   }
 
   if (c.with_lse) {
-    EXPECT_EQ(harness::count_nan(h.lse), 0) << "lse has unwritten elements";
-    const harness::Verdict vl = harness::judge(harness::max_abs_diff(h.lse, ref.lse),
-                                               harness::max_abs_diff(naive.lse, ref.lse), c.dtype,
-                                               harness::max_abs(ref.lse));
-    EXPECT_TRUE(vl.pass) << "lse: " << vl.describe();
-    std::cout << "  " << c.describe() << " " << info.kernel << " out " << vo.describe() << " | lse "
+    const harness::Verdict vl = expect_matches_reference("lse", h.lse, ref.lse, naive.lse, c.dtype);
+    std::cout << "  " << c.name() << " " << info.kernel << " out " << vo.describe() << " | lse "
               << vl.describe() << (empty_rows ? " | empty rows " + std::to_string(empty_rows) : "") << "\n";
   } else {
-    std::cout << "  " << c.describe() << " " << info.kernel << " out " << vo.describe() << "\n";
+    std::cout << "  " << c.name() << " " << info.kernel << " out " << vo.describe() << "\n";
   }
 }
 
+// A forward-only fa2 case: batch 1, 2 heads, lse on.
 Case make(std::string name, DType dtype, int64_t d, int64_t sq, int64_t sk) {
   Case c;
-  c.name = std::move(name);
+  c.label = std::move(name);
   c.dtype = dtype;
   c.head_dim = d;
   c.seqlen_q = sq;
   c.seqlen_k = sk;
+  c.algorithm = flashattn::Algorithm::kFA2;
+  c.with_backward = false;
   return c;
 }
 
@@ -407,20 +262,13 @@ TEST(Fa2Forward, HeadDimsPaddedUpAndWithoutLse) {
 
 TEST(Fa2Forward, RefusesWhatIsNotBuilt) {
   FA_SKIP_WITHOUT_GPU();
-  auto refusal = [](const Case& c, int64_t pad = 0) {
+  // Support checks only: no lse, so the arguments name just what the kernels read and write.
+  auto refusal = [](Case c, int64_t pad = 0) {
+    c.with_lse = false;
     std::mt19937_64 rng(next_seed());
-    HostProblem h(c, rng);
+    HostCase h(c, rng);
     if (pad > 0) h.q = HostTensor::make(c.dtype, {c.batch, c.seqlen_q, c.heads_q, c.head_dim}, pad);
-    DeviceTensor q(h.q), k(h.k), v(h.v), out(h.out);
-    AttentionArgs a = h.args();
-    a.q = q.view();
-    a.k = k.view();
-    a.v = v.view();
-    a.out = out.view();
-    a.lse = {};
-    a.backend = flashattn::Backend::kCUDA;
-    a.algorithm = flashattn::Algorithm::kFA2;
-    return flashattn::check_supported(a);
+    return flashattn::check_supported(DeviceCase(h).forward_args());
   };
   Status s = refusal(make("fp32", DType::kFloat32, 128, 16, 16));
   EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
@@ -436,19 +284,11 @@ TEST(Fa2Forward, RefusesWhatIsNotBuilt) {
   EXPECT_NE(s.message().find("16 bytes"), std::string::npos) << s.message();
 
   Case ok = make("ok", DType::kBFloat16, 128, 16, 16);
+  ok.with_lse = false;
   RunInfo info;
   std::mt19937_64 rng(next_seed());
-  HostProblem h(ok, rng);
-  DeviceTensor q(h.q), k(h.k), v(h.v), out(h.out);
-  AttentionArgs a = h.args();
-  a.q = q.view();
-  a.k = k.view();
-  a.v = v.view();
-  a.out = out.view();
-  a.lse = {};
-  a.backend = flashattn::Backend::kCUDA;
-  a.algorithm = flashattn::Algorithm::kFA2;
-  ASSERT_TRUE(flashattn::check_supported(a, &info).ok());
+  HostCase h(ok, rng);
+  ASSERT_TRUE(flashattn::check_supported(DeviceCase(h).forward_args(), &info).ok());
   EXPECT_EQ(info.kernel, "fa2_fwd_sm80_bf16_hd128_m128n64");
 }
 
@@ -501,12 +341,11 @@ TEST(Fa2Forward, LongSequencesOnSampledRows) {
     c.heads_kv = l.heads_kv;
     c.causal = l.causal;
     const uint64_t seed = next_seed();
-    SCOPED_TRACE(c.describe() + " seed " + std::to_string(seed));
+    SCOPED_TRACE(c.name() + " seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
-    HostProblem h(c, rng);
+    HostCase h(c, rng);
     RunInfo info;
-    Status s = run_fa2(&h, &info);
-    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_NO_FATAL_FAILURE(run_forward(&h, kKernelPrefix, &info));
     EXPECT_EQ(harness::count_nan(h.out), 0);
     EXPECT_EQ(harness::count_nan(h.lse), 0);
 
@@ -549,7 +388,7 @@ TEST(Fa2Forward, LongSequencesOnSampledRows) {
     // The naive lse is not reproduced here; its rounding of the scores to 16 bits alone is about
     // |lse| * 2^-8 (bf16), so a correct fp32 lse stays far below this bound.
     EXPECT_LT(lse_err, 1e-3 * std::max(1.0, harness::max_abs(ref_lse))) << "lse err " << lse_err;
-    std::cout << "  " << c.describe() << " sampled " << hq * kSampleRows << " rows: out " << v.describe()
+    std::cout << "  " << c.name() << " sampled " << hq * kSampleRows << " rows: out " << v.describe()
               << " | lse err " << lse_err << "\n";
   }
 }
