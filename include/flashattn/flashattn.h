@@ -2,4 +2,5 @@
 #pragma once
 
 #include "flashattn/attention.h"
+#include "flashattn/kvcache.h"
 #include "flashattn/types.h"

@@ -53,15 +53,32 @@ typedef struct flashattn_backward_args {
   flashattn_tensor dout, dq, dk, dv;
 } flashattn_backward_args;
 
+/* Mirrors flashattn::KVCacheArgs (flashattn/kvcache.h): attention of new queries over a KV cache,
+ * contiguous or paged (block_table present), appending k_new/v_new first when present. */
+typedef struct flashattn_kvcache_args {
+  flashattn_tensor q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, out, lse;
+  float softmax_scale; /* 0 = 1/sqrt(head_dim) */
+  int32_t causal;
+  int64_t window_left, window_right; /* -1 = unbounded */
+  float softcap;                     /* 0 = off */
+  int32_t num_splits;                /* 0 = chosen by the backend */
+  int32_t backend;                   /* enum flashattn_backend */
+  int32_t algorithm;                 /* enum flashattn_algorithm */
+  int32_t num_threads;
+  void* stream;
+} flashattn_kvcache_args;
+
 /* Fills args with the defaults (everything absent, window -1, auto backend). */
 void flashattn_attention_args_init(flashattn_attention_args* args);
 void flashattn_backward_args_init(flashattn_backward_args* args);
+void flashattn_kvcache_args_init(flashattn_kvcache_args* args);
 /* A contiguous row-major view. */
 flashattn_tensor flashattn_tensor_contiguous(void* data, int32_t dtype, int32_t device, int32_t ndim,
                                              const int64_t* shape);
 
 int flashattn_forward(const flashattn_attention_args* args);
 int flashattn_backward(const flashattn_backward_args* args);
+int flashattn_forward_kvcache(const flashattn_kvcache_args* args);
 const char* flashattn_last_error(void);
 const char* flashattn_version(void);
 

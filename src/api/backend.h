@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "api/kvcache_problem.h"
 #include "api/problem.h"
 
 namespace flashattn::detail {
@@ -14,6 +15,8 @@ Status cpu_check(const Problem& p, RunInfo* info);
 Status cpu_forward(const Problem& p, RunInfo* info);
 Status cpu_backward(const Problem& p, RunInfo* info);
 Capabilities cpu_capabilities();
+// KV-cache (decode): checks the backend's limits before anything is written, then appends and attends.
+Status cpu_forward_kvcache(const KVCacheProblem& p, RunInfo* info);
 
 // CUDA backend (src/cuda); stubs that report "not built" when the library has no CUDA.
 bool cuda_is_built();
@@ -22,6 +25,8 @@ Status cuda_check(const Problem& p, RunInfo* info);
 Status cuda_forward(const Problem& p, RunInfo* info);
 Status cuda_backward(const Problem& p, RunInfo* info);
 std::vector<Capabilities> cuda_capabilities();
+// KV-cache (decode) on the GPU: not supported yet (reports so without touching any tensor).
+Status cuda_forward_kvcache(const KVCacheProblem& p, RunInfo* info);
 // Copies a small int32 index tensor in device memory to the host (for validating varlen offsets).
 Status cuda_copy_index_to_host(const TensorView& t, void* stream, std::vector<int32_t>* out);
 // Checks that `ptr` is memory of the given kind (device memory of device_index, or host memory).

@@ -4,6 +4,7 @@
 
 #include "flashattn/attention.h"
 #include "flashattn/flashattn_c.h"
+#include "flashattn/kvcache.h"
 
 namespace {
 
@@ -47,6 +48,30 @@ flashattn::AttentionArgs to_args(const flashattn_attention_args& c) {
   return a;
 }
 
+flashattn::KVCacheArgs to_kvcache_args(const flashattn_kvcache_args& c) {
+  flashattn::KVCacheArgs a;
+  a.q = to_view(c.q);
+  a.k_cache = to_view(c.k_cache);
+  a.v_cache = to_view(c.v_cache);
+  a.cache_seqlens = to_view(c.cache_seqlens);
+  a.block_table = to_view(c.block_table);
+  a.k_new = to_view(c.k_new);
+  a.v_new = to_view(c.v_new);
+  a.out = to_view(c.out);
+  a.lse = to_view(c.lse);
+  a.softmax_scale = c.softmax_scale;
+  a.causal = c.causal != 0;
+  a.window_left = c.window_left;
+  a.window_right = c.window_right;
+  a.softcap = c.softcap;
+  a.num_splits = c.num_splits;
+  a.backend = static_cast<flashattn::Backend>(c.backend);
+  a.algorithm = static_cast<flashattn::Algorithm>(c.algorithm);
+  a.num_threads = c.num_threads;
+  a.stream = c.stream;
+  return a;
+}
+
 int finish(const flashattn::Status& s) {
   g_last_error = s.ok() ? std::string() : s.to_string();
   return static_cast<int>(s.code());
@@ -67,6 +92,13 @@ void flashattn_backward_args_init(flashattn_backward_args* args) {
   if (!args) return;
   std::memset(args, 0, sizeof(*args));
   flashattn_attention_args_init(&args->fwd);
+}
+
+void flashattn_kvcache_args_init(flashattn_kvcache_args* args) {
+  if (!args) return;
+  std::memset(args, 0, sizeof(*args));
+  args->window_left = -1;
+  args->window_right = -1;
 }
 
 flashattn_tensor flashattn_tensor_contiguous(void* data, int32_t dtype, int32_t device, int32_t ndim,
@@ -100,6 +132,11 @@ int flashattn_backward(const flashattn_backward_args* args) {
   b.dk = to_view(args->dk);
   b.dv = to_view(args->dv);
   return finish(flashattn::backward(b));
+}
+
+int flashattn_forward_kvcache(const flashattn_kvcache_args* args) {
+  if (!args) return finish(flashattn::Status::Invalid("args: null pointer"));
+  return finish(flashattn::forward_kvcache(to_kvcache_args(*args)));
 }
 
 const char* flashattn_last_error(void) { return g_last_error.c_str(); }

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "api/backend.h"
+#include "api/kvcache_problem.h"
 #include "api/problem.h"
 
 #ifndef FLASHATTN_VERSION_STRING
@@ -32,6 +33,19 @@ Status check(Problem* p, RunInfo* info) {
   RunInfo* out = info ? info : &local;
   out->backend = p->backend;
   return p->backend == Backend::kCPU ? cpu_check(*p, out) : cuda_check(*p, out);
+}
+
+// The KV-cache call follows the same rule: the memory the tensors live in picks the backend.
+Status resolve_backend(KVCacheProblem* p) {
+  Backend natural = p->device == Device::kCUDA ? Backend::kCUDA : Backend::kCPU;
+  if (p->backend == Backend::kAuto) {
+    p->backend = natural;
+    return Status::Ok();
+  }
+  if (p->backend != natural)
+    return Status::Invalid(std::string("backend: ") + to_string(p->backend) + " cannot run on tensors in " +
+                           to_string(p->device) + " memory");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -69,6 +83,18 @@ Status backward(const BackwardArgs& args, RunInfo* info) {
   s = detail::check(&p, out);
   if (!s.ok()) return s;
   return p.backend == Backend::kCPU ? detail::cpu_backward(p, out) : detail::cuda_backward(p, out);
+}
+
+Status forward_kvcache(const KVCacheArgs& args, RunInfo* info) {
+  detail::KVCacheProblem p;
+  Status s = detail::make_kvcache_problem(args, &p);
+  if (!s.ok()) return s;
+  s = detail::resolve_backend(&p);
+  if (!s.ok()) return s;
+  RunInfo local;
+  RunInfo* out = info ? info : &local;
+  out->backend = p.backend;
+  return p.backend == Backend::kCPU ? detail::cpu_forward_kvcache(p, out) : detail::cuda_forward_kvcache(p, out);
 }
 
 std::vector<Capabilities> capabilities() {

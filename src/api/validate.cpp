@@ -5,65 +5,10 @@
 
 #include "api/backend.h"
 #include "api/problem.h"
+#include "api/validate_rules.h"
 
 namespace flashattn::detail {
 namespace {
-
-std::string shape_str(const TensorView& t) {
-  std::ostringstream s;
-  s << "[";
-  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
-  s << "]";
-  return s.str();
-}
-
-template <typename... Parts>
-Status invalid(const Parts&... parts) {
-  std::ostringstream s;
-  (s << ... << parts);
-  return Status::Invalid(s.str());
-}
-
-// Rules every tensor argument obeys: known dims, non-negative sizes and strides, last dim contiguous.
-Status check_tensor(const char* name, const TensorView& t, int expected_ndim) {
-  if (!t.present()) return invalid(name, ": is required but absent (data is null)");
-  if (t.ndim != expected_ndim)
-    return invalid(name, ": expected ", expected_ndim, " dimensions, got ", t.ndim, " (shape ", shape_str(t), ")");
-  for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] < 0) return invalid(name, ": dimension ", i, " has negative size ", t.shape[i]);
-    if (t.stride[i] < 0) return invalid(name, ": dimension ", i, " has negative stride ", t.stride[i]);
-  }
-  if (t.shape[t.ndim - 1] > 1 && t.stride[t.ndim - 1] != 1)
-    return invalid(name, ": the last dimension must be contiguous (stride 1), got stride ", t.stride[t.ndim - 1]);
-  if (t.dtype != DType::kFloat32 && t.dtype != DType::kFloat16 && t.dtype != DType::kBFloat16 &&
-      t.dtype != DType::kFloat8E4M3 && t.dtype != DType::kInt32)
-    return invalid(name, ": unknown dtype code ", int(t.dtype));
-  if (t.device != Device::kCPU && t.device != Device::kCUDA)
-    return invalid(name, ": unknown device code ", int(t.device));
-  if (reinterpret_cast<uintptr_t>(t.data) % uintptr_t(dtype_size(t.dtype)) != 0)
-    return invalid(name, ": data pointer is not aligned to its element size (", dtype_size(t.dtype), " bytes)");
-  return Status::Ok();
-}
-
-Status check_same_shape(const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) {
-  bool same = t.ndim == ref.ndim;
-  for (int i = 0; same && i < t.ndim; ++i) same = t.shape[i] == ref.shape[i];
-  if (!same) return invalid(name, ": shape ", shape_str(t), " must equal the shape of ", ref_name, " ", shape_str(ref));
-  return Status::Ok();
-}
-
-Status check_same_place(const char* name, const TensorView& t, const TensorView& q) {
-  if (t.device != q.device || (t.device == Device::kCUDA && t.device_index != q.device_index))
-    return invalid(name, ": lives on ", to_string(t.device), ":", t.device_index, " but q lives on ",
-                   to_string(q.device), ":", q.device_index, "; all tensors must share one device");
-  return Status::Ok();
-}
-
-Status check_same_dtype(const char* name, const TensorView& t, const TensorView& q) {
-  if (t.dtype != q.dtype)
-    return invalid(name, ": dtype ", to_string(t.dtype), " must equal the dtype of q (", to_string(q.dtype), ")");
-  return Status::Ok();
-}
 
 Strided strided(const TensorView& t, bool varlen) {
   Strided s;
@@ -112,12 +57,6 @@ Status check_cu_values(const char* name, const std::vector<int32_t>& cu, int64_t
     return invalid(name, ": a sequence has length ", *max_len, " > the given max_seqlen ", max_seqlen);
   return Status::Ok();
 }
-
-#define FA_RETURN_IF_ERROR(expr)      \
-  do {                                \
-    Status _s = (expr);               \
-    if (!_s.ok()) return _s;          \
-  } while (0)
 
 Status fill_common(const AttentionArgs& a, Problem* p) {
   const bool varlen = a.cu_seqlens_q.present() || a.cu_seqlens_k.present();

@@ -167,6 +167,10 @@ Status cuda_backward(const Problem& p, RunInfo* info) {
   }
 }
 
+Status cuda_forward_kvcache(const KVCacheProblem&, RunInfo*) {
+  return Status::NotSupported("backend cuda: forward_kvcache is not supported yet (use backend cpu with host tensors)");
+}
+
 std::vector<Capabilities> cuda_capabilities() {
   const int devices = cuda_devices();
   const std::string note = devices > 0 ? std::to_string(devices) + " CUDA device(s)" : "no CUDA device present";

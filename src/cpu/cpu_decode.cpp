@@ -1,0 +1,362 @@
+// KV-cache attention (decode) on the CPU, Flash-Decoding style.
+//
+// 1. Append: k_new/v_new are copied into the cache slots cache_seqlens[b] .. + seqlen_new - 1 (paged or
+//    contiguous addressing); nothing else in the caches is written.
+// 2. Split-KV attention: the query rows of one sequence that read one KV head are stacked into a tile
+//    (packed GQA: the whole group of query heads together, so every K/V row is converted once per KV
+//    head, not once per query head). The keys that tile can see are cut into chunks; each (tile, chunk)
+//    task runs the FA2 inner loop (S = Q K^T in log2 units, online softmax, O += P V) over its chunk and
+//    leaves a normalized partial output and its LSE.
+// 3. Merge: per row, lse = log(sum_i exp(lse_i)) (core::merge_lse) and out = sum_i exp(lse_i - lse) * o_i.
+//    A tile with a single chunk skips the partial buffers and writes out and lse directly.
+#include "cpu/cpu_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "api/backend.h"
+#include "core/softmax_online.h"
+#include "cpu/row_ops.h"
+#include "cpu/scratch.h"
+#include "cpu/thread_pool.h"
+#include "cpu/tile_gemm.h"
+#include "cpu/tile_io.h"
+#include "cpu/tiling.h"
+
+namespace flashattn::detail::cpu {
+namespace {
+
+// Tile shape of the decode tasks: Br stacked query rows (a decode step has few rows per head, so the
+// group's heads fill the tile), Bc keys per block as in the forward kernel for head_dim <= 128.
+constexpr TileShape kDecodeTile{/*stacked_rows=*/256, /*block_keys=*/128};
+// Tasks per worker the heuristic aims for: more than one, so the dynamic queue can even out chunks of
+// sequences with very different lengths.
+constexpr int64_t kDecodeTasksPerWorker = 2;
+
+// The query side of the call as a detail::Problem (padded layout, no varlen), so the tiling helpers
+// (query tiles, stacked loads and stores) serve the decode kernel too. Only the query-side fields are set.
+Problem query_view(const KVCacheProblem& kp) {
+  Problem p;
+  p.dtype = kp.dtype;
+  p.device = kp.device;
+  p.device_index = kp.device_index;
+  p.batch = kp.batch;
+  p.heads_q = kp.heads_q;
+  p.heads_kv = kp.heads_kv;
+  p.head_dim = kp.head_dim;
+  p.seqlen_q = kp.seqlen_q;
+  p.seqlen_k = kp.max_len_k();
+  p.total_q = kp.batch * kp.seqlen_q;
+  p.q = kp.q;
+  p.out = kp.out;
+  p.lse = kp.lse;
+  p.algorithm = kp.algorithm;
+  p.num_threads = kp.num_threads;
+  return p;
+}
+
+// Keys [begin, end) that some row of the tile sees, cut into `splits` chunks of `chunk` keys (the last
+// one shorter). A tile that sees no key has one empty chunk, so its rows still get out = 0, lse = -inf.
+struct KeySplit {
+  int64_t begin = 0, end = 0;
+  int64_t chunk = 0, splits = 1;
+  int64_t chunk_begin(int64_t i) const { return begin + i * chunk; }
+  int64_t chunk_end(int64_t i) const { return std::min(end, begin + (i + 1) * chunk); }
+};
+
+KeySplit split_keys(const core::MaskSpec& mask, const QueryTile& tile, int64_t wanted) {
+  KeySplit k;
+  k.begin = mask.tile_key_begin(tile.row_begin);
+  k.end = mask.tile_key_end(tile.row_end());
+  const int64_t keys = k.end - k.begin;
+  if (keys <= 0) {
+    k.end = k.begin;
+    return k;
+  }
+  const int64_t n = std::max<int64_t>(1, std::min(wanted, keys));
+  k.chunk = (keys + n - 1) / n;
+  // Rounding the chunk up can leave trailing chunks empty: recount so that every chunk has keys.
+  k.splits = (keys + k.chunk - 1) / k.chunk;
+  return k;
+}
+
+// Splits wanted for a tile whose rows see `keys` keys: the forced count, or the heuristic's count
+// limited so that chunks keep at least kMinSplitKeys keys.
+int64_t wanted_splits(const KVCacheProblem& p, int64_t heuristic, int64_t keys) {
+  if (p.num_splits > 0) return p.num_splits;
+  return std::max<int64_t>(1, std::min(heuristic, keys / kMinSplitKeys));
+}
+
+struct DecodeTask {
+  size_t tile = 0;
+  int64_t split = 0;
+};
+
+struct DecodePlan {
+  std::vector<QueryTile> tiles;
+  std::vector<KeySplit> keys;          // per tile
+  std::vector<int64_t> partial_base;   // per tile: first partial row (of stacked x splits), -1: direct store
+  std::vector<DecodeTask> tasks;
+  int64_t partial_rows = 0;
+};
+
+DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuristic) {
+  DecodePlan plan;
+  plan.tiles = make_query_tiles(qp, kDecodeTile);
+  for (size_t t = 0; t < plan.tiles.size(); ++t) {
+    const QueryTile& tile = plan.tiles[t];
+    const core::MaskSpec mask = kp.mask(tile.batch);
+    const int64_t visible = mask.tile_key_end(tile.row_end()) - mask.tile_key_begin(tile.row_begin);
+    const KeySplit k = split_keys(mask, tile, wanted_splits(kp, heuristic, visible));
+    plan.keys.push_back(k);
+    plan.partial_base.push_back(k.splits > 1 ? plan.partial_rows : -1);
+    if (k.splits > 1) plan.partial_rows += k.splits * tile.stacked();
+    for (int64_t i = 0; i < k.splits; ++i) plan.tasks.push_back({t, i});
+  }
+  return plan;
+}
+
+// Step 1: k_new/v_new into their slots. Same dtype on both sides, so a row is a byte copy.
+void append_new_tokens(const KVCacheProblem& p) {
+  if (!p.has_new()) return;
+  const int64_t elem = dtype_size(p.dtype);
+  const size_t row_bytes = size_t(p.head_dim * elem);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t t = 0; t < p.seqlen_new; ++t) {
+      const int64_t pos = p.cache_seqlens[size_t(b)] + t;
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        const int64_t src_off = b * p.k_new.batch_stride + t * p.k_new.row_stride + h * p.k_new.head_stride;
+        const int64_t vsrc_off = b * p.v_new.batch_stride + t * p.v_new.row_stride + h * p.v_new.head_stride;
+        const int64_t kdst = p.cache_row(p.k_cache, b, pos) + h * p.k_cache.head_stride;
+        const int64_t vdst = p.cache_row(p.v_cache, b, pos) + h * p.v_cache.head_stride;
+        std::memcpy(static_cast<char*>(p.k_cache.ptr) + kdst * elem,
+                    static_cast<const char*>(p.k_new.ptr) + src_off * elem, row_bytes);
+        std::memcpy(static_cast<char*>(p.v_cache.ptr) + vdst * elem,
+                    static_cast<const char*>(p.v_new.ptr) + vsrc_off * elem, row_bytes);
+      }
+    }
+}
+
+enum DecodeBuffer : size_t {
+  kQ,       // [stacked x d] query rows, fp32
+  kO,       // [stacked x d] unnormalized output accumulator; the merged output in the merge pass
+  kS,       // [stacked x Bc] scores, then probabilities in place
+  kK,       // [Bc x d] K rows gathered from the cache, fp32
+  kV,       // [Bc x d] V rows
+  kFactor,  // [stacked] 1 / row sum at the end
+};
+
+// Step 2 for one (tile, chunk) task, and step 3 for one tile.
+class DecodeRunner {
+ public:
+  DecodeRunner(const KVCacheProblem& kp, const Problem& qp, const DecodePlan& plan, float* partial_o,
+               float* partial_lse)
+      : kp_(kp),
+        qp_(qp),
+        plan_(plan),
+        d_(kp.head_dim),
+        max_stacked_(heads_per_tile(qp, kDecodeTile) * rows_per_tile(qp, kDecodeTile)),
+        partial_o_(partial_o),
+        partial_lse_(partial_lse),
+        scratch_({max_stacked_ * d_, max_stacked_ * d_, max_stacked_ * kDecodeTile.block_keys,
+                  kDecodeTile.block_keys * d_, kDecodeTile.block_keys * d_, max_stacked_}),
+        rows_(size_t(max_stacked_)) {}
+
+  void attend(const DecodeTask& task) {
+    const QueryTile& tile = plan_.tiles[task.tile];
+    const KeySplit& keys = plan_.keys[task.tile];
+    const int64_t m = tile.stacked();
+    const int64_t bc = kDecodeTile.block_keys;
+    const core::MaskSpec mask = kp_.mask(tile.batch);
+    float* q = scratch_[kQ];
+    float* o = scratch_[kO];
+    float* s = scratch_[kS];
+    float* k = scratch_[kK];
+    float* v = scratch_[kV];
+
+    load_stacked(qp_, qp_.q, tile, q);
+    fill_row(o, m * d_, 0.0f);
+    std::fill(rows_.begin(), rows_.begin() + m, core::OnlineSoftmaxRow{});
+
+    // Softcap needs the score in natural units before the cap; without it fold log2(e) into the product.
+    const bool softcap = kp_.softcap > 0.0f;
+    const float alpha = softcap ? kp_.scale : kp_.scale * core::kLog2e;
+    const int64_t c0 = keys.chunk_begin(task.split), c1 = keys.chunk_end(task.split);
+    for (int64_t k0 = c0; k0 < c1; k0 += bc) {
+      const int64_t kn = std::min(bc, c1 - k0);
+      gather_rows(kp_.k_cache, tile, k0, kn, k);
+      gather_rows(kp_.v_cache, tile, k0, kn, v);
+      tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, q, d_, k, d_, /*beta=*/0.0f, s, bc);
+      const bool full = mask.tile_fully_visible(tile.row_begin, tile.row_end(), k0, k0 + kn);
+      for (int64_t r = 0; r < m; ++r) {
+        float* srow = s + r * bc;
+        ColumnRange cols{0, kn};
+        if (!full) cols = visible_columns(mask, tile.row_begin + r % tile.rows, k0, kn);
+        // Masked columns become P = 0 for the P V product; they never enter the max or the sum.
+        fill_row(srow, cols.begin, 0.0f);
+        fill_row(srow + cols.end, kn - cols.end, 0.0f);
+        if (cols.empty()) continue;
+        float* vis = srow + cols.begin;
+        const int64_t nvis = cols.end - cols.begin;
+        if (softcap)
+          for (int64_t c = 0; c < nvis; ++c) vis[c] = core::apply_softcap(vis[c], kp_.softcap) * core::kLog2e;
+        core::OnlineSoftmaxRow& state = rows_[size_t(r)];
+        const float factor = state.begin_tile(row_max(vis, nvis));
+        if (factor != 1.0f) scale_row(o + r * d_, d_, factor);
+        state.add(exp2_shift_sum(vis, nvis, state.safe_max()));
+      }
+      tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, bc, v, d_, /*beta=*/1.0f, o, d_);
+    }
+
+    // Rows that saw no key keep O = 0 and a zero sum: inv_sum() is 0 and lse() is -inf, never NaN.
+    float* factor = scratch_[kFactor];
+    for (int64_t r = 0; r < m; ++r) factor[r] = rows_[size_t(r)].inv_sum();
+    const int64_t base = plan_.partial_base[task.tile];
+    if (base < 0) {
+      store_stacked(qp_, o, factor, tile, qp_.out);
+      if (kp_.lse.present())
+        for (int64_t r = 0; r < m; ++r) *lse_ptr(tile, r) = rows_[size_t(r)].lse();
+      return;
+    }
+    // Partial rows of chunk i: [base + i * m, base + (i + 1) * m), normalized, with their LSE.
+    const int64_t first = base + task.split * m;
+    for (int64_t r = 0; r < m; ++r) {
+      float* dst = partial_o_ + (first + r) * d_;
+      for (int64_t x = 0; x < d_; ++x) dst[x] = o[r * d_ + x] * factor[r];
+      partial_lse_[first + r] = rows_[size_t(r)].lse();
+    }
+  }
+
+  // Step 3 for a tile with several chunks: out = sum_i exp(lse_i - lse) * o_i, lse = log sum_i exp(lse_i).
+  void merge(size_t t) {
+    const QueryTile& tile = plan_.tiles[t];
+    const int64_t m = tile.stacked();
+    const int64_t splits = plan_.keys[t].splits;
+    const int64_t base = plan_.partial_base[t];
+    float* merged = scratch_[kO];
+    float* total = scratch_[kFactor];
+    for (int64_t r = 0; r < m; ++r) {
+      float lse = core::kNegInf;
+      for (int64_t i = 0; i < splits; ++i) lse = core::merge_lse(lse, partial_lse_[base + i * m + r]);
+      total[r] = lse;
+      float* dst = merged + r * d_;
+      fill_row(dst, d_, 0.0f);
+      // A row with no visible key in any chunk stays 0 (and -inf - -inf would be NaN): skip its weights.
+      if (lse == core::kNegInf) continue;
+      for (int64_t i = 0; i < splits; ++i) {
+        const float part_lse = partial_lse_[base + i * m + r];
+        if (part_lse == core::kNegInf) continue;
+        const float w = std::exp(part_lse - lse);
+        const float* src = partial_o_ + (base + i * m + r) * d_;
+        for (int64_t x = 0; x < d_; ++x) dst[x] += w * src[x];
+      }
+    }
+    store_stacked(qp_, merged, /*factors=*/nullptr, tile, qp_.out);
+    if (kp_.lse.present())
+      for (int64_t r = 0; r < m; ++r) *lse_ptr(tile, r) = total[r];
+  }
+
+ private:
+  // Keys [k0, k0 + kn) of the tile's KV head, gathered row by row: a paged cache scatters them.
+  void gather_rows(const CacheStrided& c, const QueryTile& tile, int64_t k0, int64_t kn, float* dst) const {
+    for (int64_t i = 0; i < kn; ++i)
+      load_row(c.ptr, kp_.dtype, kp_.cache_row(c, tile.batch, k0 + i) + tile.kv_head * c.head_stride, d_,
+               dst + i * d_);
+  }
+
+  float* lse_ptr(const QueryTile& tile, int64_t stacked_row) const {
+    const int64_t g = stacked_row / tile.rows, r = stacked_row % tile.rows;
+    return static_cast<float*>(kp_.lse.ptr) + tile.batch * kp_.lse.batch_stride +
+           (tile.head_begin + g) * kp_.lse.head_stride + (tile.row_begin + r) * kp_.lse.row_stride;
+  }
+
+  const KVCacheProblem& kp_;
+  const Problem& qp_;
+  const DecodePlan& plan_;
+  const int64_t d_;
+  const int64_t max_stacked_;
+  float* partial_o_;
+  float* partial_lse_;
+  Scratch scratch_;
+  std::vector<core::OnlineSoftmaxRow> rows_;
+};
+
+Status run_decode(const KVCacheProblem& kp, int workers) {
+  const Problem qp = query_view(kp);
+  const DecodePlan plan = make_plan(kp, qp, heuristic_kv_splits(kp, workers));
+  // Partial buffers before the append: running out of memory must not leave a half-done call behind.
+  std::vector<float> partial_o(size_t(plan.partial_rows * kp.head_dim));
+  std::vector<float> partial_lse(size_t(plan.partial_rows));
+  append_new_tokens(kp);
+  if (plan.tasks.empty()) return Status::Ok();
+
+  Status s = run_workers(resolve_worker_count(workers, int64_t(plan.tasks.size())), int64_t(plan.tasks.size()),
+                         [&](TaskQueue& queue) {
+                           DecodeRunner runner(kp, qp, plan, partial_o.data(), partial_lse.data());
+                           int64_t t = 0;
+                           while (queue.pop(&t)) runner.attend(plan.tasks[size_t(t)]);
+                           return Status::Ok();
+                         });
+  if (!s.ok() || plan.partial_rows == 0) return s;
+
+  std::vector<size_t> merges;
+  for (size_t t = 0; t < plan.tiles.size(); ++t)
+    if (plan.partial_base[t] >= 0) merges.push_back(t);
+  return run_workers(resolve_worker_count(workers, int64_t(merges.size())), int64_t(merges.size()),
+                     [&](TaskQueue& queue) {
+                       DecodeRunner runner(kp, qp, plan, partial_o.data(), partial_lse.data());
+                       int64_t t = 0;
+                       while (queue.pop(&t)) runner.merge(merges[size_t(t)]);
+                       return Status::Ok();
+                     });
+}
+
+}  // namespace
+
+// Flash-Decoding's point: with one or a few query rows per sequence, (batch x KV head) tiles are too
+// few to occupy the workers, so the keys are split too. Aim for kDecodeTasksPerWorker tasks per worker,
+// but never cut the longest sequence into chunks of fewer than kMinSplitKeys keys (shorter sequences are
+// limited again per tile, in wanted_splits). The count depends on the worker count, so results can
+// differ in rounding between thread counts; pass num_splits for bitwise-reproducible results.
+int64_t heuristic_kv_splits(const KVCacheProblem& p, int workers) {
+  const Problem qp = query_view(p);
+  const int64_t tiles = count_query_tiles(qp, kDecodeTile);
+  if (tiles == 0) return 1;
+  const int64_t target = int64_t(std::max(1, workers)) * kDecodeTasksPerWorker;
+  const int64_t by_tasks = (target + tiles - 1) / tiles;
+  const int64_t by_length = p.max_len_k() / kMinSplitKeys;
+  return std::max<int64_t>(1, std::min({by_tasks, by_length, int64_t(kMaxKVSplits)}));
+}
+
+}  // namespace flashattn::detail::cpu
+
+namespace flashattn::detail {
+
+Status cpu_forward_kvcache(const KVCacheProblem& p, RunInfo* info) {
+  // The backend's limits (device, dtype, head_dim, algorithm) are those of the forward kernel; check
+  // them before the append so that a refusal leaves the caches untouched.
+  const Problem qp = cpu::query_view(p);
+  Status s = cpu_check(qp, /*info=*/nullptr);
+  if (!s.ok()) return s;
+  if (info) {
+    info->backend = Backend::kCPU;
+    info->algorithm = Algorithm::kFA2;
+    info->kernel = std::string("cpu_fa2_decode_splitkv_") + cpu::tile_gemm_impl();
+  }
+  try {
+    const int workers = cpu::resolve_worker_count(p.num_threads, std::numeric_limits<int64_t>::max());
+    return cpu::run_decode(p, workers);
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::kOutOfMemory, "backend cpu: out of host memory");
+  } catch (const std::exception& e) {
+    return Status::Runtime(std::string("backend cpu: ") + e.what());
+  }
+}
+
+}  // namespace flashattn::detail
