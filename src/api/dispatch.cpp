@@ -14,38 +14,25 @@ namespace detail {
 namespace {
 
 // The backend follows the memory the tensors live in; an explicit choice must agree with it.
-Status resolve_backend(Problem* p) {
-  Backend natural = p->device == Device::kCUDA ? Backend::kCUDA : Backend::kCPU;
-  if (p->backend == Backend::kAuto) {
-    p->backend = natural;
+Status resolve_backend(Device device, Backend* backend) {
+  const Backend natural = device == Device::kCUDA ? Backend::kCUDA : Backend::kCPU;
+  if (*backend == Backend::kAuto) {
+    *backend = natural;
     return Status::Ok();
   }
-  if (p->backend != natural)
-    return Status::Invalid(std::string("backend: ") + to_string(p->backend) + " cannot run on tensors in " +
-                           to_string(p->device) + " memory");
+  if (*backend != natural)
+    return Status::Invalid(std::string("backend: ") + to_string(*backend) + " cannot run on tensors in " +
+                           to_string(device) + " memory");
   return Status::Ok();
 }
 
 Status check(Problem* p, RunInfo* info) {
-  Status s = resolve_backend(p);
+  Status s = resolve_backend(p->device, &p->backend);
   if (!s.ok()) return s;
   RunInfo local;
   RunInfo* out = info ? info : &local;
   out->backend = p->backend;
   return p->backend == Backend::kCPU ? cpu_check(*p, out) : cuda_check(*p, out);
-}
-
-// The KV-cache call follows the same rule: the memory the tensors live in picks the backend.
-Status resolve_backend(KVCacheProblem* p) {
-  Backend natural = p->device == Device::kCUDA ? Backend::kCUDA : Backend::kCPU;
-  if (p->backend == Backend::kAuto) {
-    p->backend = natural;
-    return Status::Ok();
-  }
-  if (p->backend != natural)
-    return Status::Invalid(std::string("backend: ") + to_string(p->backend) + " cannot run on tensors in " +
-                           to_string(p->device) + " memory");
-  return Status::Ok();
 }
 
 }  // namespace
@@ -89,7 +76,7 @@ Status forward_kvcache(const KVCacheArgs& args, RunInfo* info) {
   detail::KVCacheProblem p;
   Status s = detail::make_kvcache_problem(args, &p);
   if (!s.ok()) return s;
-  s = detail::resolve_backend(&p);
+  s = detail::resolve_backend(p.device, &p.backend);
   if (!s.ok()) return s;
   RunInfo local;
   RunInfo* out = info ? info : &local;
