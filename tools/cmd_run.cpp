@@ -18,16 +18,14 @@
 #include "cli_args.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "flashattn/kvcache.h"
 #include "json_writer.h"
+#include "run_shared.h"
 #include "verify.h"
 
 namespace flashattn::cli {
 namespace {
 
-constexpr int64_t kDefaultBatch = 2;
-constexpr int64_t kDefaultSeqlen = 1024;
-constexpr int64_t kDefaultHeads = 16;
-constexpr int64_t kDefaultHeadDim = 64;
 constexpr int64_t kMaxExtent = int64_t(1) << 31;  // any larger dimension overflows the int32 varlen offsets
 constexpr int kDefaultRepeatGpu = 20;
 constexpr int kDefaultRepeatCpu = 3;
@@ -35,8 +33,6 @@ constexpr int kDefaultWarmupGpu = 3;
 constexpr int kDefaultWarmupCpu = 1;
 constexpr int kMaxRepeat = 100000;
 constexpr int kMaxSamples = 1 << 20;
-constexpr int kDefaultSampledRows = 16;                     // random rows; the first and the last row are added
-constexpr uint64_t kSampleStream = 0x9e3779b97f4a7c15ull;   // rows are drawn from seed ^ this, not the inputs' rng
 constexpr uint64_t kReducedStream = 0xc2b2ae3d27d4eb4full;  // the reduced backward copy's inputs
 // The reduced copy that checks --backward gradients in full: short enough for the float64 reference.
 constexpr int64_t kReducedMaxSeqlen = 256;
@@ -45,46 +41,9 @@ constexpr int64_t kReducedMaxGroup = 8;
 constexpr double kBackwardFlopFactor = 2.5;  // the FlashAttention papers' convention: bwd = 2.5x fwd
 constexpr double kFlopsPerTera = 1e12;
 constexpr double kFlopsPerGiga = 1e9;
-constexpr double kMsPerSecond = 1e3;
-// Sampled rows have no naive baseline of their own. Rounding P and out to the dtype costs the naive
-// computation about one unit roundoff u of the output's magnitude each, so the rule assumes a naive
-// error of 2 u max|out| and applies harness::judge: out passes below 4 u max|out| + floor.
-constexpr double kAssumedNaiveUnits = 2.0;
-// The LSE is float32, computed from float32 scores whatever the input dtype: allow 64 float32 units
-// relative to max(1, |lse|), and 1024 for 16-bit inputs, whose kernels may use fast exp2 approximations.
-constexpr double kLseUnitsFp32 = 64.0;
-constexpr double kLseUnits16Bit = 1024.0;
-
-struct RunOptions {
-  int64_t batch = kDefaultBatch;
-  int64_t seqlen_q = kDefaultSeqlen, seqlen_k = kDefaultSeqlen;
-  int64_t heads = kDefaultHeads, heads_kv = kDefaultHeads;
-  int64_t head_dim = kDefaultHeadDim;
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
-  double softcap = 0, scale = 0;
-  DType dtype = DType::kFloat32;
-  Backend backend = Backend::kAuto;
-  Algorithm algorithm = Algorithm::kAuto;
-  bool backward = false, deterministic = false, json = false;
-  int threads = 0, repeat = 0, warmup = -1, samples = kDefaultSampledRows;
-  uint64_t seed = 0;
-};
-
-struct Timing {
-  double median_ms = 0, min_ms = 0;
-  int runs = 0;
-  double flops = 0;
-  double tflops() const { return median_ms > 0 ? flops / (median_ms / kMsPerSecond) / kFlopsPerTera : 0; }
-};
-
-struct RowCheck {
-  int rows = 0;
-  double out_error = 0, out_bound = 0;
-  double lse_error = 0, lse_bound = 0;
-  int64_t unwritten = 0;
-  bool pass() const { return unwritten == 0 && out_error <= out_bound && lse_error <= lse_bound; }
-};
+// The options that only the KV-cache mode reads, and those that only the attention mode reads.
+constexpr const char* kKvOnlyOptions[] = {"cache-len", "new-tokens", "page-size", "cache-capacity", "splits"};
+constexpr const char* kAttentionOnlyOptions[] = {"seqlen-k", "backward", "deterministic"};
 
 // A dimension of the problem: an integer in [1, kMaxExtent].
 bool parse_extent(const std::string& text, int64_t* value, std::string* error) {
@@ -100,7 +59,7 @@ bool parse_extent(const std::string& text, int64_t* value, std::string* error) {
 
 void register_options(ArgParser* p, RunOptions* o) {
   p->add_int("batch", &o->batch, "B", "batch size", 1, kMaxExtent);
-  p->add_int("seqlen-q", &o->seqlen_q, "N", "query sequence length", 1, kMaxExtent);
+  p->add_int("seqlen-q", &o->seqlen_q, "N", "query sequence length (1 with --kv-cache)", 1, kMaxExtent);
   p->add_custom("seqlen-k", "M", "key/value sequence length", "seqlen-q",
                 [o](const std::string& t, std::string* e) { return parse_extent(t, &o->seqlen_k, e); });
   p->add_int("heads", &o->heads, "H", "query heads", 1, kMaxExtent);
@@ -139,6 +98,27 @@ void register_options(ArgParser* p, RunOptions* o) {
   p->add_custom("seed", "S", "seed of the random inputs", "$FLASHATTN_SEED, else the clock",
                 [o](const std::string& t, std::string* e) { return parse_seed(t, &o->seed, e); });
   p->add_flag("json", &o->json, "print the result as JSON on stdout");
+  p->add_flag("kv-cache", &o->kv_cache,
+              "KV-cache mode: forward_kvcache, seqlen-q new queries against a\ncache of random tokens");
+  p->add_custom("cache-len", "N[,N...]",
+                "--kv-cache: tokens already in the cache, one for every sequence\nor one per sequence", "0",
+                [o](const std::string& t, std::string* e) { return parse_cache_lens(t, &o->cache_lens, e); });
+  p->add_int("new-tokens", &o->new_tokens, "K", "--kv-cache: k/v tokens the call appends to each sequence", 0,
+             kMaxExtent);
+  p->add_int("page-size", &o->page_size, "P", "--kv-cache: paged cache of P-token pages (0 = contiguous)", 0,
+             kMaxExtent);
+  p->add_int("cache-capacity", &o->cache_capacity, "N",
+             "--kv-cache: tokens each sequence's cache holds (0 = cache-len +\nnew-tokens)", 0, kMaxExtent);
+  p->add_int("splits", &o->splits, "S", "--kv-cache: KV splits per sequence (0 = the library's heuristic)", 0,
+             kMaxKVSplits);
+}
+
+// The first option given that the chosen mode does not read, or nullptr.
+template <size_t N>
+const char* first_given(const ArgParser& p, const char* const (&names)[N]) {
+  for (const char* name : names)
+    if (p.given(name)) return name;
+  return nullptr;
 }
 
 // The CLI places the tensors itself, so `auto` is decided here: cuda when a device is present and an
@@ -189,24 +169,10 @@ ProblemSpec reduced_copy(const ProblemSpec& s) {
   return r;
 }
 
-double lse_units(DType dtype) {
-  return (dtype == DType::kFloat32 ? kLseUnitsFp32 : kLseUnits16Bit) * unit_roundoff(DType::kFloat32);
-}
-
 // Compares sampled rows of the big forward with reference::forward_row.
 Status check_rows(const ProblemBuffers& b, const RunOptions& o, RowCheck* rc) {
   const ProblemSpec& s = b.spec();
-  std::vector<reference::RowId> rows;
-  rows.push_back({0, 0, 0});
-  rows.push_back({s.batch - 1, s.heads_q - 1, s.seqlen_q - 1});
-  std::mt19937_64 rng(o.seed ^ kSampleStream);
-  for (int i = 0; i < o.samples; ++i) {
-    reference::RowId id;
-    id.batch = int64_t(rng() % uint64_t(s.batch));
-    id.head = int64_t(rng() % uint64_t(s.heads_q));
-    id.row = int64_t(rng() % uint64_t(s.seqlen_q));
-    rows.push_back(id);
-  }
+  const std::vector<reference::RowId> rows = sample_rows(s.batch, s.heads_q, s.seqlen_q, o.samples, o.seed);
   const AttentionArgs host = b.host_args();
   double max_abs_lse = 1.0;
   double magnitude = 0;  // max |out| of the reference rows
@@ -228,9 +194,8 @@ Status check_rows(const ProblemBuffers& b, const RunOptions& o, RowCheck* rc) {
     if (std::isfinite(ref_lse)) max_abs_lse = std::max(max_abs_lse, std::fabs(ref_lse));
   }
   rc->rows = int(rows.size());
-  const double u = unit_roundoff(s.dtype);
-  rc->out_bound = harness::judge(0.0, kAssumedNaiveUnits * u * magnitude, s.dtype, magnitude).bound;
-  rc->lse_bound = lse_units(s.dtype) * max_abs_lse;
+  rc->out_bound = sampled_out_bound(s.dtype, magnitude);
+  rc->lse_bound = sampled_lse_bound(s.dtype, max_abs_lse);
   return Status::Ok();
 }
 
@@ -241,17 +206,6 @@ int64_t bad_gradients(const ProblemBuffers& b) {
     for (int64_t i = 0; i < t->numel(); ++i)
       if (!std::isfinite(t->get(i))) ++bad;
   return bad;
-}
-
-// TFLOP/s on the GPU; GFLOP/s on the CPU, whose rates would print as 0.0x TFLOP/s.
-// Median and min of the timed calls, and the FLOPs they count.
-Timing summarize(const std::vector<double>& times_ms, double flops) {
-  Timing t;
-  t.flops = flops;
-  t.runs = int(times_ms.size());
-  t.median_ms = median(times_ms);
-  t.min_ms = times_ms.empty() ? 0 : *std::min_element(times_ms.begin(), times_ms.end());
-  return t;
 }
 
 // Everything one run measured and checked, for the text and JSON reports.
@@ -441,14 +395,22 @@ int cmd_run(int argc, char** argv, int first) {
                    "                     [--head-dim D] [--causal] [--window L,R] [--softcap C] [--scale S]\n"
                    "                     [--dtype bf16|fp16|fp32] [--backend auto|cpu|cuda]\n"
                    "                     [--algo auto|standard|fa1|fa2|fa3] [--backward] [--deterministic]\n"
-                   "                     [--threads T] [--repeat R] [--warmup W] [--samples K] [--seed S] [--json]",
+                   "                     [--threads T] [--repeat R] [--warmup W] [--samples K] [--seed S] [--json]\n"
+                   "       flashattn run --kv-cache [--cache-len N[,N...]] [--new-tokens K] [--page-size P]\n"
+                   "                     [--cache-capacity N] [--splits S] [--seqlen-q N] and the options above\n"
+                   "                     but --seqlen-k, --backward and --deterministic",
                    "Runs one attention problem on random inputs (seeded; the seed is printed), times it\n"
                    "(warm-up, then the median of R runs; CUDA events on the GPU) and checks sampled rows\n"
                    "against the float64 reference. With --backward the gradients of a reduced copy of the\n"
                    "problem are checked in full (and with --deterministic a second backward must give\n"
                    "bitwise-equal gradients). TFLOP/s count 4*d*H per visible (query, key) pair forward\n"
                    "(masked pairs are not counted) and 2.5x that backward. Exit status 1 when a check fails\n"
-                   "or the library returns an error.");
+                   "or the library returns an error.\n"
+                   "With --kv-cache it runs forward_kvcache instead: seqlen-q queries per sequence (default 1)\n"
+                   "against caches holding --cache-len random tokens, after appending --new-tokens random\n"
+                   "k/v tokens; GB/s count the K and V bytes of the keys some query sees, read once. Sampled\n"
+                   "rows are checked against the float64 reference on the gathered keys, and the caches\n"
+                   "must hold the appended tokens and nothing else new.");
   register_options(&parser, &o);
   o.seed = harness::pick_seed();
   switch (parser.parse(argc, argv, first)) {
@@ -462,11 +424,17 @@ int cmd_run(int argc, char** argv, int first) {
                        std::to_string(o.heads_kv));
     return kExitUsage;
   }
+  if (const char* name = o.kv_cache ? first_given(parser, kAttentionOnlyOptions) : first_given(parser, kKvOnlyOptions)) {
+    parser.usage_error(std::string("--") + name + (o.kv_cache ? " does not apply to --kv-cache" : " needs --kv-cache"));
+    return kExitUsage;
+  }
   if (o.backend == Backend::kCUDA && !gpu_present()) {
     std::fprintf(stderr, "flashattn run: backend cuda: %s\n",
                  cuda_built() ? "no CUDA device is present" : "this build of flashattn has no CUDA kernels");
     return kExitFailure;
   }
+
+  if (o.kv_cache) return run_kvcache(parser, o);
 
   Target target;
   target.backend = o.backend;
