@@ -3,6 +3,7 @@
 High level (flash-attn's names and arguments where they overlap):
     flash_attn_func(q, k, v, ...)                     q [batch, seqlen_q, heads_q, head_dim]
     flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)
+    flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, ...)   decode, no autograd
 Torch tensors get autograd and torch.compile support (custom ops flashattn::fwd / flashattn::bwd); numpy,
 CuPy and other DLPack arrays get the forward pass. Low level, with preallocated outputs and no copies:
     forward(q, k, v, out, lse=None, ...)
@@ -30,6 +31,7 @@ __all__ = [
     "__version__",
     "flash_attn_func",
     "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
     "forward",
     "backward",
     "capabilities",
@@ -114,6 +116,60 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), dropout_p,
                       softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
                       return_lse, backend, algo, stream)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, num_splits=0,
+                            return_softmax_lse=False, *, backend="auto", stream=None, rotary_cos=None,
+                            rotary_sin=None, rotary_interleaved=True, cache_batch_idx=None, cache_leftpad=None,
+                            alibi_slopes=None):
+    """Attention of new query tokens over a KV cache (decode), appending k/v to the cache in place first.
+
+    q: [batch, seqlen_q, heads_q, head_dim]. k_cache, v_cache: [batch, max_seqlen, heads_kv, head_dim], or
+    paged [num_pages, page_size, heads_kv, head_dim] with block_table int32 [batch, max_pages_per_seq] (token
+    t of sequence b in page block_table[b][t // page_size], slot t % page_size; any page_size >= 1).
+    cache_seqlens: int32 [batch] (array/tensor in the memory of q) or a Python int for every sequence: the
+    tokens already in each cache. Required.
+    k, v: optional [batch, seqlen_new, heads_kv, head_dim], written into the caches at positions
+    cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 before the attention; nothing else of the caches is
+    written, and cache_seqlens is not advanced (the caller does that). Sequence b attends over
+    cache_seqlens[b] + seqlen_new keys, masks aligned bottom-right.
+
+    softmax_scale, causal, window_size, softcap, backend, stream: as in flash_attn_func. num_splits: KV
+    splits per sequence, 0 lets the library choose (1..128 forces that many). return_softmax_lse: also return
+    the float32 log-sum-exp [batch, heads_q, seqlen_q]. The caches must be writable and have a contiguous
+    last dimension (they are never copied); inputs with a strided last dimension are copied.
+
+    Any error leaves the caches unchanged. rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad and
+    alibi_slopes raise NotImplementedError when given (rotary_interleaved is ignored without rotary).
+    Returns out (like q), or (out, lse) with return_softmax_lse=True. No autograd.
+    """
+    del rotary_interleaved  # only meaningful with rotary_cos/rotary_sin, which are refused below
+    _arrays.check_kvcache_only_options(rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                       cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                                       alibi_slopes=alibi_slopes)
+    if cache_seqlens is None:
+        raise ValueError("cache_seqlens: required; pass an int32 array [batch] or a Python int for every sequence")
+    if (k is None) != (v is None):
+        raise ValueError("k, v: pass both new keys and new values, or neither")
+    scale = _arrays.softmax_scale(softmax_scale)
+    window_left, window_right = _arrays.window(window_size)
+    options = dict(softmax_scale=scale, causal=bool(causal), window_left=window_left, window_right=window_right,
+                   softcap=float(softcap), num_splits=int(num_splits), backend=backend)
+    if _is_torch(q):
+        if stream is not None:
+            raise ValueError(
+                "stream: torch tensors run on torch.cuda.current_stream(); select another with "
+                "`with torch.cuda.stream(s):`"
+            )
+        if _arrays.is_python_int(cache_seqlens):
+            cache_seqlens = _torch.torch.full((q.shape[0],), int(cache_seqlens), dtype=_torch.torch.int32,
+                                              device=q.device)
+        out, lse = _torch.forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, **options)
+    else:
+        out, lse = _generic.forward_kvcache(q, k_cache, v_cache, k_new=k, v_new=v, cache_seqlens=cache_seqlens,
+                                            block_table=block_table, stream=stream, **options)
+    return (out, lse) if return_softmax_lse else out
 
 
 def forward(q, k, v, out, lse=None, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,

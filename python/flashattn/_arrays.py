@@ -4,6 +4,7 @@ Nothing here imports torch, CuPy or JAX: a framework is recognized by the module
 from, and imported only when an array of it is seen.
 """
 
+import numbers
 from typing import Any, Optional, Tuple
 
 
@@ -96,3 +97,25 @@ def lse_shape(q_shape: Tuple[int, ...], varlen: bool) -> Tuple[int, ...]:
     if varlen:
         return (q_shape[1], q_shape[0])
     return (q_shape[0], q_shape[2], q_shape[1])
+
+
+def is_python_int(x: Any) -> bool:
+    """A Python (or numpy scalar) integer, not a bool: cache_seqlens given as one length for every sequence."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+# flash-attn's flash_attn_with_kvcache arguments that this library does not support, and what to do instead.
+_KVCACHE_UNSUPPORTED = {
+    "rotary_cos": "rotary embedding is not supported; rotate q and k before the call",
+    "rotary_sin": "rotary embedding is not supported; rotate q and k before the call",
+    "cache_batch_idx": "cache batch indices are not supported; index the caches before the call",
+    "cache_leftpad": "left-padded caches are not supported",
+    "alibi_slopes": "ALiBi biases are not supported by flashattn",
+}
+
+
+def check_kvcache_only_options(**options: Any) -> None:
+    """Refuses, loudly, each of flash-attn's unsupported kvcache arguments that was passed (not None)."""
+    for name, value in options.items():
+        if value is not None:
+            raise NotImplementedError(f"{name}: {_KVCACHE_UNSUPPORTED[name]}")

@@ -102,3 +102,42 @@ def forward(
         softcap=softcap, backend=backend, algo=algo, stream=stream_handle,
     )
     return back(out), back(lse)
+
+
+def forward_kvcache(
+    q: Any,
+    k_cache: Any,
+    v_cache: Any,
+    *,
+    k_new: Optional[Any],
+    v_new: Optional[Any],
+    cache_seqlens: Any,
+    block_table: Optional[Any],
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    softcap: float,
+    num_splits: int,
+    backend: str,
+    stream: Any,
+) -> Tuple[Any, Any]:
+    xp, back = _namespace(q)
+    stream_handle = _arrays.resolve_stream(stream, q)
+    q, k_new, v_new = (_as_xp(xp, t) for t in (q, k_new, v_new))
+    # The caches are written in place: they go to the library as they are, never through a copy that
+    # would take the appended tokens away from the caller.
+    k_cache, v_cache = (t if isinstance(t, xp.ndarray) else xp.from_dlpack(t) for t in (k_cache, v_cache))
+    with q.device if xp.__name__ == "cupy" else contextlib.nullcontext():
+        if _arrays.is_python_int(cache_seqlens):
+            cache_seqlens = xp.full((q.shape[0],), int(cache_seqlens), dtype=xp.int32)
+        cache_seqlens, block_table = (_as_xp(xp, t) for t in (cache_seqlens, block_table))
+        out = xp.empty(q.shape, dtype=q.dtype)
+        lse = xp.empty(_arrays.lse_shape(q.shape, False), dtype=xp.float32)
+    _ext.forward_kvcache(
+        q, k_cache, v_cache, cache_seqlens, out, lse,
+        k_new=k_new, v_new=v_new, block_table=block_table,
+        softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
+        softcap=softcap, num_splits=num_splits, backend=backend, stream=stream_handle,
+    )
+    return back(out), back(lse)

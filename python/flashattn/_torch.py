@@ -160,3 +160,27 @@ def attention(
     if HAS_CUSTOM_OP:
         return _fwd_op(*args)
     return FlashAttnFunc.apply(*args)
+
+
+@torch.no_grad()
+def forward_kvcache(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
+    cache_seqlens: Tensor, block_table: Optional[Tensor],
+    softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, num_splits: int,
+    backend: str,
+) -> Tuple[Tensor, Tensor]:
+    """(out, lse) of decode attention; appends k_new/v_new to the caches in place first. No autograd (the
+    caches are mutated, and decode needs no gradients): an eager call, not a custom op."""
+    q, k_new, v_new = _unit_last(q), _unit_last(k_new), _unit_last(v_new)
+    cache_seqlens, block_table = _unit_last(cache_seqlens), _unit_last(block_table)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(_arrays.lse_shape(tuple(q.shape), False), dtype=torch.float32, device=q.device)
+    ext = _arrays.for_extension
+    # The caches go through as they are (detach is a view): the append must land in the caller's storage.
+    _ext.forward_kvcache(
+        ext(q), ext(k_cache), ext(v_cache), ext(cache_seqlens), out, lse,
+        k_new=ext(k_new), v_new=ext(v_new), block_table=ext(block_table),
+        softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
+        softcap=softcap, num_splits=num_splits, backend=backend, stream=_stream(q),
+    )
+    return out, lse

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "flashattn/attention.h"
+#include "flashattn/kvcache.h"
 
 namespace nb = nanobind;
 
@@ -87,7 +88,7 @@ TensorView to_view(const char* name, const Array& a) {
                                 std::to_string(TensorView::kMaxDims) + " are supported");
   if (!to_dtype(a.dtype(), &t.dtype))
     raise(PyExc_TypeError, std::string(name) + ": dtype " + dlpack_dtype_name(a.dtype()) +
-                               " is not supported (float32, float16, bfloat16; int32 for cu_seqlens)");
+                               " is not supported (float32, float16, bfloat16; int32 for index arrays)");
   switch (a.device_type()) {
     case kDLCPU:
     case kDLCUDAHost: t.device = Device::kCPU; break;
@@ -250,6 +251,62 @@ nb::dict py_backward(const InArray& dout, const InArray& q, const InArray& k, co
   return run_info(info);
 }
 
+// The caches are written in place (when k_new/v_new are given), so they must be writable arrays; nothing
+// else of the caller's is written but out and lse.
+nb::dict py_forward_kvcache(const InArray& q, const OutArray& k_cache, const OutArray& v_cache,
+                            const InArray& cache_seqlens, const OutArray& out, const std::optional<OutArray>& lse,
+                            const std::optional<InArray>& k_new, const std::optional<InArray>& v_new,
+                            const std::optional<InArray>& block_table, double softmax_scale, bool causal,
+                            int64_t window_left, int64_t window_right, double softcap, int num_splits,
+                            const std::string& backend, const std::string& algo, int num_threads, uint64_t stream) {
+  KVCacheArgs a;
+  a.q = float_view("q", q);
+  a.k_cache = to_view("k_cache", k_cache);
+  a.v_cache = to_view("v_cache", v_cache);
+  a.out = to_view("out", out);
+  require_dtype("k_cache", a.k_cache, a.q.dtype, "the dtype of q");
+  require_dtype("v_cache", a.v_cache, a.q.dtype, "the dtype of q");
+  require_dtype("out", a.out, a.q.dtype, "the dtype of q");
+  if (auto t = to_view("k", k_new)) {
+    a.k_new = *t;
+    require_dtype("k", a.k_new, a.q.dtype, "the dtype of q");
+  }
+  if (auto t = to_view("v", v_new)) {
+    a.v_new = *t;
+    require_dtype("v", a.v_new, a.q.dtype, "the dtype of q");
+  }
+  a.cache_seqlens = to_view("cache_seqlens", cache_seqlens);
+  require_dtype("cache_seqlens", a.cache_seqlens, DType::kInt32, "tokens already in each sequence's cache");
+  if (auto t = to_view("block_table", block_table)) {
+    a.block_table = *t;
+    require_dtype("block_table", a.block_table, DType::kInt32, "page indices");
+  }
+  if (lse) {
+    a.lse = to_view("lse", *lse);
+    require_dtype("lse", a.lse, DType::kFloat32, "the log-sum-exp is always float32");
+  }
+  a.softmax_scale = float(softmax_scale);
+  a.causal = causal;
+  a.window_left = window_left;
+  a.window_right = window_right;
+  a.softcap = float(softcap);
+  a.num_splits = num_splits;
+  if (!parse_backend(backend, &a.backend))
+    raise(PyExc_ValueError, "backend: unknown name '" + backend + "'; expected auto, cpu or cuda");
+  if (!parse_algorithm(algo, &a.algorithm))
+    raise(PyExc_ValueError, "algo: unknown name '" + algo + "'; expected auto, standard, fa1, fa2 or fa3");
+  a.num_threads = num_threads;
+  a.stream = reinterpret_cast<void*>(uintptr_t(stream));
+  RunInfo info;
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    s = forward_kvcache(a, &info);
+  }
+  if (!s.ok()) raise_status(s);
+  return run_info(info);
+}
+
 nb::list py_capabilities() {
   nb::list result;
   for (const Capabilities& c : capabilities()) {
@@ -300,6 +357,16 @@ NB_MODULE(_ext, m) {
         nb::arg("softcap") = 0.0, nb::arg("backend") = "auto", nb::arg("algo") = "auto",
         nb::arg("deterministic") = false, nb::arg("num_threads") = 0, nb::arg("stream") = 0,
         "Runs the backward pass into the preallocated `dq`, `dk`, `dv`; returns what ran.");
+
+  m.def("forward_kvcache", &py_forward_kvcache, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
+        nb::arg("cache_seqlens"), nb::arg("out"), nb::arg("lse").none() = nb::none(), nb::kw_only(),
+        nb::arg("k_new").none() = nb::none(), nb::arg("v_new").none() = nb::none(),
+        nb::arg("block_table").none() = nb::none(), nb::arg("softmax_scale") = 0.0, nb::arg("causal") = false,
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("softcap") = 0.0,
+        nb::arg("num_splits") = 0, nb::arg("backend") = "auto", nb::arg("algo") = "auto",
+        nb::arg("num_threads") = 0, nb::arg("stream") = 0,
+        "Appends k_new/v_new to the caches in place, then attends q over them into the preallocated `out` "
+        "(and `lse`); returns what ran.");
 
   m.def("capabilities", &py_capabilities, "What each backend and algorithm of this build supports.");
   m.def("cuda_built", &flashattn::cuda_built, "True when this build has CUDA kernels.");
