@@ -393,7 +393,7 @@ TEST(Fa2Forward, LongSequencesOnSampledRows) {
   }
 }
 
-// Not a test: the speed of the forward at the shapes of ../shared/peers-h200.json, for a quick look.
+// Not a test: the speed of the forward at the shapes of the PyTorch SDPA peer measurements, for a quick look.
 // Run with --gtest_also_run_disabled_tests.
 TEST(Fa2ForwardSpeed, DISABLED_PrintTflops) {
   FA_SKIP_WITHOUT_GPU();
