@@ -1,5 +1,4 @@
 // Backend-independent validation of attention calls: shapes, strides, dtypes, devices, index ranges.
-#include <cmath>
 #include <sstream>
 #include <string>
 
@@ -153,37 +152,17 @@ Status fill_common(const AttentionArgs& a, Problem* p) {
     }
   }
 
-  if (!std::isfinite(a.softmax_scale)) return invalid("softmax_scale: must be finite, got ", a.softmax_scale);
-  p->scale = a.softmax_scale != 0.0f ? a.softmax_scale : 1.0f / std::sqrt(float(p->head_dim));
-  if (!std::isfinite(a.softcap) || a.softcap < 0.0f)
-    return invalid("softcap: must be finite and >= 0 (0 = off), got ", a.softcap);
+  FA_RETURN_IF_ERROR(check_softmax_options(a, p->head_dim, &p->scale));
   p->softcap = a.softcap;
-  if (a.window_left < -1) return invalid("window_left: must be >= 0, or -1 for unbounded, got ", a.window_left);
-  if (a.window_right < -1) return invalid("window_right: must be >= 0, or -1 for unbounded, got ", a.window_right);
   p->causal = a.causal;
   p->window_left = a.window_left;
   p->window_right = a.window_right;
-
-  if (a.backend != Backend::kAuto && a.backend != Backend::kCPU && a.backend != Backend::kCUDA)
-    return invalid("backend: unknown backend code ", int(a.backend));
-  if (int(a.algorithm) < 0 || int(a.algorithm) > int(Algorithm::kFA3))
-    return invalid("algorithm: unknown algorithm code ", int(a.algorithm));
-  if (a.num_threads < 0) return invalid("num_threads: must be >= 0 (0 = all hardware threads), got ", a.num_threads);
+  FA_RETURN_IF_ERROR(check_execution_options(a));
   p->backend = a.backend;
   p->algorithm = a.algorithm;
   p->deterministic = a.deterministic;
   p->num_threads = a.num_threads;
   p->stream = a.stream;
-  return Status::Ok();
-}
-
-// Checks that every pointer is memory of the declared kind (only possible where CUDA is built).
-Status check_locations(const std::initializer_list<std::pair<const char*, const TensorView*>>& tensors) {
-  if (!cuda_is_built()) return Status::Ok();
-  for (const auto& [name, t] : tensors) {
-    if (!t->present()) continue;
-    FA_RETURN_IF_ERROR(cuda_check_pointer(name, t->data, t->device, t->device_index));
-  }
   return Status::Ok();
 }
 

@@ -1,7 +1,6 @@
 // Backend-independent validation of KV-cache (decode) calls: shapes, strides, dtypes, devices, and the
 // index tensors (cache lengths against the capacity, block-table entries against the page count).
 // Everything is checked before any tensor is written, because the call appends to the caches in place.
-#include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -191,42 +190,19 @@ Status fill_indices(const KVCacheArgs& a, KVCacheProblem* p) {
 }
 
 Status fill_scalars(const KVCacheArgs& a, KVCacheProblem* p) {
-  if (!std::isfinite(a.softmax_scale)) return invalid("softmax_scale: must be finite, got ", a.softmax_scale);
-  p->scale = a.softmax_scale != 0.0f ? a.softmax_scale : 1.0f / std::sqrt(float(p->head_dim));
-  if (!std::isfinite(a.softcap) || a.softcap < 0.0f)
-    return invalid("softcap: must be finite and >= 0 (0 = off), got ", a.softcap);
+  FA_RETURN_IF_ERROR(check_softmax_options(a, p->head_dim, &p->scale));
   p->softcap = a.softcap;
-  if (a.window_left < -1) return invalid("window_left: must be >= 0, or -1 for unbounded, got ", a.window_left);
-  if (a.window_right < -1) return invalid("window_right: must be >= 0, or -1 for unbounded, got ", a.window_right);
   p->causal = a.causal;
   p->window_left = a.window_left;
   p->window_right = a.window_right;
   if (a.num_splits < 0 || a.num_splits > kMaxKVSplits)
     return invalid("num_splits: must be in [0, ", kMaxKVSplits, "] (0 = chosen by the backend), got ", a.num_splits);
   p->num_splits = a.num_splits;
-  if (a.backend != Backend::kAuto && a.backend != Backend::kCPU && a.backend != Backend::kCUDA)
-    return invalid("backend: unknown backend code ", int(a.backend));
-  if (int(a.algorithm) < 0 || int(a.algorithm) > int(Algorithm::kFA3))
-    return invalid("algorithm: unknown algorithm code ", int(a.algorithm));
-  if (a.num_threads < 0) return invalid("num_threads: must be >= 0 (0 = all hardware threads), got ", a.num_threads);
+  FA_RETURN_IF_ERROR(check_execution_options(a));
   p->backend = a.backend;
   p->algorithm = a.algorithm;
   p->num_threads = a.num_threads;
   p->stream = a.stream;
-  return Status::Ok();
-}
-
-// Checks that every pointer is memory of the declared kind (only possible where CUDA is built).
-Status check_locations(const KVCacheArgs& a) {
-  if (!cuda_is_built()) return Status::Ok();
-  const std::pair<const char*, const TensorView*> tensors[] = {
-      {"q", &a.q},         {"k_cache", &a.k_cache}, {"v_cache", &a.v_cache},         {"cache_seqlens", &a.cache_seqlens},
-      {"out", &a.out},     {"lse", &a.lse},         {"block_table", &a.block_table}, {"k_new", &a.k_new},
-      {"v_new", &a.v_new}};
-  for (const auto& [name, t] : tensors) {
-    if (!t->present()) continue;
-    FA_RETURN_IF_ERROR(cuda_check_pointer(name, t->data, t->device, t->device_index));
-  }
   return Status::Ok();
 }
 
@@ -238,7 +214,15 @@ Status make_kvcache_problem(const KVCacheArgs& a, KVCacheProblem* p) {
   FA_RETURN_IF_ERROR(fill_tensors(a, p));
   FA_RETURN_IF_ERROR(fill_scalars(a, p));
   // Pointer kinds before the index reads: a host pointer declared as CUDA must not reach a device copy.
-  FA_RETURN_IF_ERROR(check_locations(a));
+  FA_RETURN_IF_ERROR(check_locations({{"q", &a.q},
+                                      {"k_cache", &a.k_cache},
+                                      {"v_cache", &a.v_cache},
+                                      {"cache_seqlens", &a.cache_seqlens},
+                                      {"out", &a.out},
+                                      {"lse", &a.lse},
+                                      {"block_table", &a.block_table},
+                                      {"k_new", &a.k_new},
+                                      {"v_new", &a.v_new}}));
   return fill_indices(a, p);
 }
 

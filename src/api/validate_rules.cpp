@@ -1,6 +1,10 @@
 // Argument rules shared by the validation of every entry point.
 #include "api/validate_rules.h"
 
+#include <cmath>
+
+#include "api/backend.h"
+
 namespace flashattn::detail {
 
 std::string shape_str(const TensorView& t) {
@@ -62,6 +66,35 @@ Status check_shape(const char* name, const TensorView& t, std::initializer_list<
     for (int64_t w : want) s << (i++ ? ", " : "") << w;
     s << "]";
     return invalid(name, ": shape ", shape_str(t), " must be ", s.str(), " (", meaning, ")");
+  }
+  return Status::Ok();
+}
+
+Status check_softmax_values(float softmax_scale, float softcap, int64_t window_left, int64_t window_right,
+                            int64_t head_dim, float* scale) {
+  if (!std::isfinite(softmax_scale)) return invalid("softmax_scale: must be finite, got ", softmax_scale);
+  *scale = softmax_scale != 0.0f ? softmax_scale : 1.0f / std::sqrt(float(head_dim));
+  if (!std::isfinite(softcap) || softcap < 0.0f)
+    return invalid("softcap: must be finite and >= 0 (0 = off), got ", softcap);
+  if (window_left < -1) return invalid("window_left: must be >= 0, or -1 for unbounded, got ", window_left);
+  if (window_right < -1) return invalid("window_right: must be >= 0, or -1 for unbounded, got ", window_right);
+  return Status::Ok();
+}
+
+Status check_execution_values(Backend backend, Algorithm algorithm, int num_threads) {
+  if (backend != Backend::kAuto && backend != Backend::kCPU && backend != Backend::kCUDA)
+    return invalid("backend: unknown backend code ", int(backend));
+  if (int(algorithm) < 0 || int(algorithm) > int(Algorithm::kFA3))
+    return invalid("algorithm: unknown algorithm code ", int(algorithm));
+  if (num_threads < 0) return invalid("num_threads: must be >= 0 (0 = all hardware threads), got ", num_threads);
+  return Status::Ok();
+}
+
+Status check_locations(std::initializer_list<std::pair<const char*, const TensorView*>> tensors) {
+  if (!cuda_is_built()) return Status::Ok();
+  for (const auto& [name, t] : tensors) {
+    if (!t->present()) continue;
+    FA_RETURN_IF_ERROR(cuda_check_pointer(name, t->data, t->device, t->device_index));
   }
   return Status::Ok();
 }
