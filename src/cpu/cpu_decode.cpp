@@ -27,6 +27,7 @@
 #include "cpu/thread_pool.h"
 #include "cpu/tile_gemm.h"
 #include "cpu/tile_io.h"
+#include "cpu/tile_softmax.h"
 #include "cpu/tiling.h"
 
 namespace flashattn::detail::cpu {
@@ -185,32 +186,14 @@ class DecodeRunner {
     std::fill(rows_.begin(), rows_.begin() + m, core::OnlineSoftmaxRow{});
 
     // Softcap needs the score in natural units before the cap; without it fold log2(e) into the product.
-    const bool softcap = kp_.softcap > 0.0f;
-    const float alpha = softcap ? kp_.scale : kp_.scale * core::kLog2e;
+    const float alpha = kp_.softcap > 0.0f ? kp_.scale : kp_.scale * core::kLog2e;
     const int64_t c0 = keys.chunk_begin(task.split), c1 = keys.chunk_end(task.split);
     for (int64_t k0 = c0; k0 < c1; k0 += bc) {
       const int64_t kn = std::min(bc, c1 - k0);
       gather_rows(kp_.k_cache, tile, k0, kn, k);
       gather_rows(kp_.v_cache, tile, k0, kn, v);
       tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, q, d_, k, d_, /*beta=*/0.0f, s, bc);
-      const bool full = mask.tile_fully_visible(tile.row_begin, tile.row_end(), k0, k0 + kn);
-      for (int64_t r = 0; r < m; ++r) {
-        float* srow = s + r * bc;
-        ColumnRange cols{0, kn};
-        if (!full) cols = visible_columns(mask, tile.row_begin + r % tile.rows, k0, kn);
-        // Masked columns become P = 0 for the P V product; they never enter the max or the sum.
-        fill_row(srow, cols.begin, 0.0f);
-        fill_row(srow + cols.end, kn - cols.end, 0.0f);
-        if (cols.empty()) continue;
-        float* vis = srow + cols.begin;
-        const int64_t nvis = cols.end - cols.begin;
-        if (softcap)
-          for (int64_t c = 0; c < nvis; ++c) vis[c] = core::apply_softcap(vis[c], kp_.softcap) * core::kLog2e;
-        core::OnlineSoftmaxRow& state = rows_[size_t(r)];
-        const float factor = state.begin_tile(row_max(vis, nvis));
-        if (factor != 1.0f) scale_row(o + r * d_, d_, factor);
-        state.add(exp2_shift_sum(vis, nvis, state.safe_max()));
-      }
+      online_softmax_block(s, bc, m, kn, k0, tile, mask, kp_.softcap, o, d_, rows_.data(), [] {});
       tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, bc, v, d_, /*beta=*/1.0f, o, d_);
     }
 

@@ -14,6 +14,7 @@
 #include "cpu/thread_pool.h"
 #include "cpu/tile_gemm.h"
 #include "cpu/tile_io.h"
+#include "cpu/tile_softmax.h"
 
 namespace flashattn::detail::cpu {
 namespace {
@@ -53,8 +54,7 @@ class ForwardTileRunner {
     std::fill(rows_.begin(), rows_.begin() + m, core::OnlineSoftmaxRow{});
 
     // Softcap needs the score in natural units before the cap; without it fold log2(e) into the product.
-    const bool softcap = p_.softcap > 0.0f;
-    const float alpha = softcap ? p_.scale : p_.scale * core::kLog2e;
+    const float alpha = p_.softcap > 0.0f ? p_.scale : p_.scale * core::kLog2e;
     const int64_t k_offset = p_.k_row_offset(tile.batch);
     const int64_t len_k = p_.len_k(tile.batch);
     const core::BlockRange blocks = core::kv_block_range(mask, tile.row_begin, tile.row_end(), bc);
@@ -73,25 +73,8 @@ class ForwardTileRunner {
       prefetch_.spread_over(m);
       tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, q, d_, kv.data, kv.ld, /*beta=*/0.0f, s, bc);
 
-      const bool full = mask.tile_fully_visible(tile.row_begin, tile.row_end(), k0, k0 + kn);
-      for (int64_t r = 0; r < m; ++r) {
-        prefetch_.step();
-        float* srow = s + r * bc;
-        ColumnRange cols{0, kn};
-        if (!full) cols = visible_columns(mask, tile.row_begin + r % tile.rows, k0, kn);
-        // Masked columns become P = 0 for the P V product; they never enter the max or the sum.
-        fill_row(srow, cols.begin, 0.0f);
-        fill_row(srow + cols.end, kn - cols.end, 0.0f);
-        if (cols.empty()) continue;
-        float* vis = srow + cols.begin;
-        const int64_t nvis = cols.end - cols.begin;
-        if (softcap)
-          for (int64_t c = 0; c < nvis; ++c) vis[c] = core::apply_softcap(vis[c], p_.softcap) * core::kLog2e;
-        core::OnlineSoftmaxRow& state = rows_[size_t(r)];
-        const float factor = state.begin_tile(row_max(vis, nvis));
-        if (factor != 1.0f) scale_row(o + r * d_, d_, factor);
-        state.add(exp2_shift_sum(vis, nvis, state.safe_max()));
-      }
+      online_softmax_block(s, bc, m, kn, k0, tile, mask, p_.softcap, o, d_, rows_.data(),
+                           [&] { prefetch_.step(); });
       tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, bc, vv.data, vv.ld, /*beta=*/1.0f, o, d_);
     }
 
