@@ -7,12 +7,15 @@
 #   their HMMA/HGMMA counts; the benchmark (`flashattn bench --gpu`, PyTorch SDPA peers, merged).
 #
 # Usage: bash scripts/gpu_check.sh [results-dir]        (default bench/results/gpu-<UTC date>)
-# Writes at most six files there: build.log, tests.log, sanitizer.log, sass_summary.txt, bench.json,
-# summary.txt; the summary table is printed last. Without nvcc or a GPU it prints "skipped" and exits 0.
+# Writes at most eight files there: build.log, tests.log, sanitizer.log, sass_summary.txt, bench.json,
+# ablation.json (the fa3 ablation), decode.json (KV-cache bandwidth), summary.txt; the summary table is
+# printed last. Without nvcc or a GPU it prints "skipped" and exits 0.
 #
 # Environment: FLASHATTN_CUDA_ARCHITECTURES, FLASHATTN_BUILD_DIR (default build-gpu-check), JOBS,
-# FLASHATTN_BENCH=paper|quick|full|off (default paper: fa2 on the papers' whole sweep, fa1 and standard on
-# the quick subset; quick: everything on the subset; full: everything on the whole sweep), FLASHATTN_SANITIZER_FILTER, FLASHATTN_RACECHECK_FILTER,
+# FLASHATTN_BENCH=paper|quick|full|off (default paper: fa3 and fa2 on the papers' whole sweep, fa1 and
+# standard on the quick subset; quick: everything on the subset; full: everything on the whole sweep),
+# FLASHATTN_SANITIZER_FILTER, FLASHATTN_RACECHECK_FILTER, FLASHATTN_FA3_SANITIZER_FILTER (fa3 tests run
+# under both tools),
 # FLASHATTN_COMMIT (recorded in the results; taken from git when unset).
 set -uo pipefail
 
@@ -44,6 +47,7 @@ JOBS=${JOBS:-$(nproc)}
 BENCH_MODE=${FLASHATTN_BENCH:-paper}
 SAN_FILTER=${FLASHATTN_SANITIZER_FILTER:-*bf16_sq17_sk17_causal*:*bf16_varlen_empty_seqs_causal*}
 RACE_FILTER=${FLASHATTN_RACECHECK_FILTER:-*bf16_sq17_sk17_causal*}
+FA3_SAN_FILTER=${FLASHATTN_FA3_SANITIZER_FILTER:-Fa3Forward.SmallShapes}  # skips itself off compute capability 9.0
 SAN_TIMEOUT=240
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -154,18 +158,18 @@ else
 fi
 
 # ---- compute-sanitizer -----------------------------------------------------------------------------------
-sanitize() {  # tool filter
-  local rc summary
+sanitize() {  # tool filter [row label]
+  local rc summary label=${3:-$1}
   section "compute-sanitizer --tool $1, --gtest_filter=$2" >>"$SAN_LOG"
   timeout "$SAN_TIMEOUT" compute-sanitizer --tool "$1" --error-exitcode 86 "$GPU_TESTS" --gtest_filter="$2" \
     >>"$SAN_LOG" 2>&1
   rc=$?
   summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$SAN_LOG" | tail -n1 | sed 's/^=* *//')
   case $rc in
-    0) row "$1" ok "${summary:-clean}" ;;
-    86) row "$1" FAILED "${summary:-errors found} (sanitizer.log)" ;;
-    124) row "$1" FAILED "timed out after $SAN_TIMEOUT s" ;;
-    *) row "$1" FAILED "rc $rc: ${summary:-see sanitizer.log}" ;;
+    0) row "$label" ok "${summary:-clean}" ;;
+    86) row "$label" FAILED "${summary:-errors found} (sanitizer.log)" ;;
+    124) row "$label" FAILED "timed out after $SAN_TIMEOUT s" ;;
+    *) row "$label" FAILED "rc $rc: ${summary:-see sanitizer.log}" ;;
   esac
 }
 if ! command -v compute-sanitizer >/dev/null 2>&1; then
@@ -176,6 +180,8 @@ elif [ ! -x "$GPU_TESTS" ]; then
 else
   sanitize memcheck "$SAN_FILTER"
   sanitize racecheck "$RACE_FILTER"
+  sanitize memcheck "$FA3_SAN_FILTER" "memcheck fa3"
+  sanitize racecheck "$FA3_SAN_FILTER" "racecheck fa3"
 fi
 
 # ---- SASS: tensor-core instructions per attention kernel -----------------------------------------------
@@ -197,6 +203,10 @@ if command -v cuobjdump >/dev/null 2>&1 && [ -x "$BIN" ]; then
   fa2_hmma=$(awk '/fa2/ { s += $2 } END { print s + 0 }' "$SASS")
   fa2_hgmma=$(awk '/fa2/ { s += $3 } END { print s + 0 }' "$SASS")
   row "sass" info "fa2: $fa2_kernels kernel builds, $fa2_hmma HMMA, $fa2_hgmma HGMMA"
+  fa3_kernels=$(grep -c 'fa3_fwd_kernel' "$SASS")
+  fa3_no_hgmma=$(awk '/fa3_fwd_kernel/ && $1 == "sm_90a" && $3 == 0' "$SASS" | wc -l)
+  fa3_hgmma=$(awk '/fa3_fwd_kernel/ { s += $3 } END { print s + 0 }' "$SASS")
+  row "sass fa3" info "$fa3_kernels kernel builds, $fa3_hgmma HGMMA; $fa3_no_hgmma sm_90a builds without HGMMA"
 else
   echo "skipped: cuobjdump or the binary is missing" >>"$SASS"
   row "sass" skipped "cuobjdump or binary missing"
@@ -210,18 +220,21 @@ elif [ ! -x "$CLI" ]; then
   row bench skipped "no flashattn CLI"
 else
   t0=$(date +%s)
-  # fa2 over the whole sweep of the FlashAttention papers (quick mode: a subset); the baselines (fa1,
-  # standard) on the quick subset only, since at long sequences they take seconds per call.
+  # fa3 (forward; its backward rows skip) and fa2 over the whole sweep of the FlashAttention papers (quick
+  # mode: a subset); the baselines (fa1, standard) on the quick subset only, since at long sequences they
+  # take seconds per call.
   FA2_QUICK=()
   [ "$BENCH_MODE" = quick ] && FA2_QUICK=(--quick)
-  section "flashattn bench --gpu --algo fa2 ${FA2_QUICK[*]}" >>"$TESTS_LOG"
-  "$CLI" bench --gpu --algo fa2 "${FA2_QUICK[@]}" --json "$TMP/ours_fa2.json" >>"$TESTS_LOG" 2>&1
+  section "flashattn bench --gpu --algo fa3,fa2 ${FA2_QUICK[*]}" >>"$TESTS_LOG"
+  "$CLI" bench --gpu --algo fa3,fa2 "${FA2_QUICK[@]}" --json "$TMP/ours_fa2.json" >>"$TESTS_LOG" 2>&1
   bench_rc=$?
   BASE_QUICK=(--quick)
   [ "$BENCH_MODE" = full ] && BASE_QUICK=()
   section "flashattn bench --gpu --algo fa1,standard ${BASE_QUICK[*]}" >>"$TESTS_LOG"
   "$CLI" bench --gpu --algo fa1,standard "${BASE_QUICK[@]}" --json "$TMP/ours_base.json" >>"$TESTS_LOG" 2>&1
   bench_rc=$(( bench_rc | $? ))
+  section "flashattn bench --gpu --ablation" >>"$TESTS_LOG"
+  "$CLI" bench --gpu --ablation --json "$OUT/ablation.json" >>"$TESTS_LOG" 2>&1 || bench_rc=1
   python3 - "$TMP/ours_fa2.json" "$TMP/ours_base.json" "$TMP/ours.json" >>"$TESTS_LOG" 2>&1 <<'PY'
 import json, sys
 first, second, out = sys.argv[1:4]
@@ -244,6 +257,30 @@ PY
   else
     row bench FAILED "flashattn bench wrote no JSON (rc $bench_rc, tests.log)"
   fi
+fi
+
+# ---- decode (KV cache): split-KV tests, bandwidth benchmark, SDPA peers ---------------------------------
+# decode.json: `flashattn bench --gpu --decode` merged with bench/peers_decode.py by bench/compare.py.
+if [ "$BENCH_MODE" = off ]; then
+  row decode skipped "FLASHATTN_BENCH=off"
+elif [ ! -x "$CLI" ] || [ ! -x "$GPU_TESTS" ]; then
+  row decode skipped "no flashattn CLI or GPU test binary"
+else
+  t0=$(date +%s)
+  section "decode tests (--gtest_filter=*DecodeGpu*)" >>"$TESTS_LOG"
+  "$GPU_TESTS" --gtest_filter='*DecodeGpu*' >>"$TESTS_LOG" 2>&1
+  dec_test_rc=$?
+  section "flashattn bench --gpu --decode" >>"$TESTS_LOG"
+  "$CLI" bench --gpu --decode --json "$TMP/decode_ours.json" >>"$TESTS_LOG" 2>&1
+  dec_bench_rc=$?
+  section "bench/peers_decode.py" >>"$TESTS_LOG"
+  python3 "$ROOT/bench/peers_decode.py" --json "$TMP/decode_peers.json" >>"$TESTS_LOG" 2>&1
+  if [ -f "$TMP/decode_ours.json" ]; then
+    python3 "$ROOT/bench/compare.py" --ours "$TMP/decode_ours.json" --peers "$TMP/decode_peers.json" \
+      --out "$OUT/decode.json" >>"$TESTS_LOG" 2>&1
+  fi
+  if [ $dec_test_rc -eq 0 ] && [ $dec_bench_rc -eq 0 ]; then row decode ok "tests and bench ($(elapsed "$t0"))"
+  else row decode FAILED "tests rc $dec_test_rc, bench rc $dec_bench_rc (tests.log)"; fi
 fi
 
 # ---- summary ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ struct BenchOptions {
   bool gpu = false;
   bool quick = false;
   bool ablation = false;
+  bool decode = false;  // GPU: the KV-cache (decode) kernels' bandwidth instead of the sweep
   std::vector<Algorithm> algorithms;  // GPU: empty = every available CUDA algorithm
   std::string json_path;              // empty: no JSON; "-": stdout
   int threads = 0;                    // CPU: worker threads (0 = all)
@@ -22,5 +23,7 @@ struct BenchOptions {
 
 int bench_cpu(const BenchOptions& options);
 int bench_gpu(const BenchOptions& options);
+// `--gpu --decode` (bench_decode.cpp): TB/s of K and V read once, beside the device copy rate.
+int bench_decode(const BenchOptions& options);
 
 }  // namespace flashattn::cli

@@ -4,9 +4,13 @@
 // 2048 / head_dim), so q, k, v, out and the gradients have the same number of elements in every row
 // of the sweep: they are allocated once and viewed under each shape. Each tensor is 64 MiB in bf16,
 // larger than the H100/H200 L2, so repeated runs do not time a warm cache.
+//
+// `--ablation`: the FA3 paper's ablation (its Table 2) on one shape, each fa3 variant with one overlap
+// compiled out (forward_fa3_ablation) beside the full kernel and fa2.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,6 +40,14 @@ constexpr double kFlopsPerTera = 1e12;
 constexpr double kMsPerSecond = 1e3;
 constexpr uint64_t kGpuBenchSeed = 1;
 constexpr DType kDtype = DType::kBFloat16;
+
+// The ablation shape of the FA3 paper: batch 4, seqlen 8448, 16 heads, head_dim 128, bf16, non-causal.
+// q, k, v and out are 132 MiB each: no run finds its inputs in L2.
+constexpr int64_t kAblationBatch = 4;
+constexpr int64_t kAblationSeqlen = 8448;
+constexpr int64_t kAblationHeads = 16;
+constexpr int64_t kAblationHeadDim = 128;
+constexpr double kPercent = 100.0;
 
 struct GpuRow {
   Algorithm algo = Algorithm::kAuto;
@@ -114,21 +126,180 @@ void print_row(const GpuRow& r) {
   std::fflush(stdout);
 }
 
+void write_gpu(JsonWriter& j, const GpuInfo& gpu) {
+  j.key("gpu").begin_object().field("name", gpu.name).field("driver", driver_version());
+  j.field("compute_capability", std::to_string(gpu.cc_major) + "." + std::to_string(gpu.cc_minor));
+  j.field("sm_count", gpu.sm_count).field("cuda_runtime", gpu.runtime_version).end_object();
+}
+
+bool no_gpu() {
+  if (gpu_present()) return false;
+  std::fprintf(stderr, "flashattn bench: --gpu: %s\n",
+               cuda_built() ? "no CUDA device is present" : "this build of flashattn has no CUDA kernels");
+  return true;
+}
+
+// One row of the ablation: an fa3 variant, or fa2 for comparison.
+struct AblationRow {
+  std::string name;  // "fa3 full", "fa3 no_ping_pong", "fa2"
+  Algorithm algo = Algorithm::kFA3;
+  Fa3Ablation variant = Fa3Ablation::kFull;
+  double ms = 0, tflops = 0;
+  std::string kernel;
+  std::string skipped;  // non-empty: why the row did not run
+};
+
+// q, k, v, out and lse of the ablation shape, filled once.
+struct AblationBuffers {
+  DeviceAllocation q, k, v, out, lse;
+
+  Status allocate_and_fill(int device) {
+    const int64_t elems = kAblationBatch * kAblationSeqlen * kAblationHeads * kAblationHeadDim;
+    const size_t bytes = size_t(elems * dtype_size(kDtype));
+    for (DeviceAllocation* a : {&q, &k, &v, &out}) {
+      Status s = a->allocate(bytes, device);
+      if (!s.ok()) return s;
+    }
+    Status s = lse.allocate(size_t(kAblationBatch * kAblationHeads * kAblationSeqlen) * sizeof(float), device);
+    if (!s.ok()) return s;
+    std::vector<uint16_t> host(static_cast<size_t>(elems));
+    std::mt19937_64 rng(kGpuBenchSeed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (DeviceAllocation* a : {&q, &k, &v}) {
+      for (uint16_t& x : host) x = core::float_to_bf16_bits(dist(rng));
+      s = a->copy_from_host(host.data(), host.size() * sizeof(uint16_t));
+      if (!s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+
+  AttentionArgs args(Algorithm algo) const {
+    constexpr int64_t kShape[] = {kAblationBatch, kAblationSeqlen, kAblationHeads, kAblationHeadDim};
+    auto view = [&](const DeviceAllocation& a) {
+      return TensorView::contiguous(a.data(), kDtype, int(std::size(kShape)), kShape, Device::kCUDA, 0);
+    };
+    AttentionArgs a;
+    a.q = view(q);
+    a.k = view(k);
+    a.v = view(v);
+    a.out = view(out);
+    a.lse = TensorView::contiguous(lse.data(), DType::kFloat32, {kAblationBatch, kAblationHeads, kAblationSeqlen},
+                                   Device::kCUDA, 0);
+    a.backend = Backend::kCUDA;
+    a.algorithm = algo;
+    return a;
+  }
+};
+
+void print_ablation_row(const AblationRow& r, double full_tflops) {
+  if (!r.skipped.empty()) {
+    std::printf("%-30s %10s %8s %8s  skip (%s)\n", r.name.c_str(), "-", "-", "-", r.skipped.c_str());
+  } else if (full_tflops > 0) {
+    std::printf("%-30s %10.3f %8.1f %7.0f%%  %s\n", r.name.c_str(), r.ms, r.tflops, kPercent * r.tflops / full_tflops,
+                r.kernel.c_str());
+  } else {
+    std::printf("%-30s %10.3f %8.1f %8s  %s\n", r.name.c_str(), r.ms, r.tflops, "-", r.kernel.c_str());
+  }
+  std::fflush(stdout);
+}
+
+int bench_ablation(const BenchOptions& o) {
+  if (no_gpu()) return kExitFailure;
+  const std::vector<GpuInfo> gpus = list_gpus();
+  const int repeat = o.repeat > 0 ? o.repeat : kGpuDefaultRepeat;
+  const int warmup = o.warmup >= 0 ? o.warmup : kGpuDefaultWarmup;
+  Progress progress("bench");
+  AblationBuffers buf;
+  progress.phase("allocating and filling the ablation tensors");
+  Status s = buf.allocate_and_fill(0);
+  progress.done();
+  if (!s.ok()) {
+    std::fprintf(stderr, "flashattn bench: %s\n", s.to_string().c_str());
+    return kExitFailure;
+  }
+
+  const double flops = 4.0 * double(kAblationBatch) * double(kAblationHeads) * double(kAblationSeqlen) *
+                       double(kAblationSeqlen) * double(kAblationHeadDim);
+  std::printf("gpu: %s, driver %s; fa3 ablation: bf16 b %lld N %lld h %lld d %lld non-causal; median of %d runs "
+              "after %d warm-up\n",
+              gpus.front().name.c_str(), driver_version().c_str(), (long long)kAblationBatch,
+              (long long)kAblationSeqlen, (long long)kAblationHeads, (long long)kAblationHeadDim, repeat, warmup);
+  std::printf("%-30s %10s %8s %8s  %s\n", "variant", "ms", "TFLOP/s", "of full", "kernel");
+
+  std::vector<AblationRow> rows;
+  for (Fa3Ablation v : {Fa3Ablation::kFull, Fa3Ablation::kNoWarpSpecialization, Fa3Ablation::kNoPingPong,
+                        Fa3Ablation::kNoIntraWarpgroupOverlap}) {
+    AblationRow r;
+    r.name = std::string("fa3 ") + to_string(v);
+    r.variant = v;
+    rows.push_back(r);
+  }
+  AblationRow fa2;
+  fa2.name = "fa2";
+  fa2.algo = Algorithm::kFA2;
+  rows.push_back(fa2);
+
+  int errors = 0;
+  double full_tflops = 0;
+  for (AblationRow& r : rows) {
+    const AttentionArgs args = buf.args(r.algo);
+    RunInfo info;
+    std::vector<double> times;
+    progress.phase(r.name);
+    s = time_calls(/*on_gpu=*/true, warmup, repeat,
+                   [&] { return r.algo == Algorithm::kFA3 ? forward_fa3_ablation(args, r.variant, &info)
+                                                          : forward(args, &info); },
+                   &times);
+    progress.done();
+    if (!s.ok()) {
+      if (!is_skip(s)) {
+        ++errors;
+        std::fprintf(stderr, "flashattn bench: %s: %s\n", r.name.c_str(), s.to_string().c_str());
+      }
+      r.skipped = s.message();
+    } else {
+      r.ms = median(times);
+      r.tflops = flops / (r.ms / kMsPerSecond) / kFlopsPerTera;
+      r.kernel = info.kernel;
+      if (r.algo == Algorithm::kFA3 && r.variant == Fa3Ablation::kFull) full_tflops = r.tflops;
+    }
+    print_ablation_row(r, full_tflops);
+  }
+
+  if (!o.json_path.empty()) {
+    JsonWriter j;
+    j.begin_object().field("benchmark", "fa3_ablation").field("commit", commit_id()).field("date", utc_timestamp());
+    write_gpu(j, gpus.front());
+    j.field("version", version());
+    j.key("shape").begin_object().field("batch", kAblationBatch).field("seqlen", kAblationSeqlen);
+    j.field("heads", kAblationHeads).field("head_dim", kAblationHeadDim).field("dtype", to_string(kDtype));
+    j.field("causal", false).end_object();
+    j.field("repeat", repeat).field("warmup", warmup).field("flops", "forward 4*b*h*N*N*d");
+    j.key("rows").begin_array();
+    for (const AblationRow& r : rows) {
+      if (!r.skipped.empty()) continue;
+      j.begin_object().field("name", r.name).field("algo", to_string(r.algo));
+      if (r.algo == Algorithm::kFA3) j.field("variant", to_string(r.variant));
+      j.field("ms", r.ms).field("tflops", r.tflops).field("kernel", r.kernel).end_object();
+    }
+    j.end_array().key("skipped").begin_array();
+    for (const AblationRow& r : rows)
+      if (!r.skipped.empty()) j.begin_object().field("name", r.name).field("reason", r.skipped).end_object();
+    j.end_array().end_object();
+    std::string error;
+    if (!write_output(o.json_path, j.str() + "\n", &error)) {
+      std::fprintf(stderr, "flashattn bench: %s\n", error.c_str());
+      return kExitFailure;
+    }
+  }
+  return errors == 0 ? kExitOk : kExitFailure;
+}
+
 }  // namespace
 
 int bench_gpu(const BenchOptions& o) {
-  if (o.ablation) {
-    bool fa3 = false;
-    for (Algorithm a : available_cuda_algorithms()) fa3 = fa3 || a == Algorithm::kFA3;
-    std::fprintf(stderr, "flashattn bench: --ablation is not yet available%s\n",
-                 fa3 ? "" : ": it needs the fa3 kernel, which this build does not offer");
-    return kExitFailure;
-  }
-  if (!gpu_present()) {
-    std::fprintf(stderr, "flashattn bench: --gpu: %s\n",
-                 cuda_built() ? "no CUDA device is present" : "this build of flashattn has no CUDA kernels");
-    return kExitFailure;
-  }
+  if (o.ablation) return bench_ablation(o);
+  if (no_gpu()) return kExitFailure;
   const std::vector<GpuInfo> gpus = list_gpus();
   std::vector<Algorithm> algos = o.algorithms.empty() ? available_cuda_algorithms() : o.algorithms;
   const int repeat = o.repeat > 0 ? o.repeat : kGpuDefaultRepeat;
@@ -208,9 +379,7 @@ int bench_gpu(const BenchOptions& o) {
   if (!o.json_path.empty()) {
     JsonWriter j;
     j.begin_object().field("benchmark", "gpu_sweep").field("commit", commit_id()).field("date", utc_timestamp());
-    j.key("gpu").begin_object().field("name", gpus.front().name).field("driver", driver_version());
-    j.field("compute_capability", std::to_string(gpus.front().cc_major) + "." + std::to_string(gpus.front().cc_minor));
-    j.field("sm_count", gpus.front().sm_count).field("cuda_runtime", gpus.front().runtime_version).end_object();
+    write_gpu(j, gpus.front());
     j.field("version", version()).field("dtype", to_string(kDtype)).field("tokens", kTokens).field("hidden", kHidden);
     j.field("repeat", repeat).field("warmup", warmup);
     j.field("flops", "forward 4*b*h*N*N*d (x0.5 causal); backward 2.5x forward");

@@ -143,15 +143,25 @@ int cmd_bench(int argc, char** argv, int first) {
   std::string backend = "cpu";
   ArgParser parser("bench",
                    "flashattn bench [--backend cpu] [--threads T] [--quick] [--repeat R] [--warmup W] [--json FILE]\n"
-                   "       flashattn bench --gpu [--algo fa2,fa1,standard] [--quick] [--repeat R] [--warmup W]\n"
+                   "       flashattn bench --gpu [--algo fa3,fa2,fa1,standard] [--quick] [--repeat R] [--warmup W]\n"
                    "                       [--json FILE]\n"
-                   "       flashattn bench --gpu --ablation",
+                   "       flashattn bench --gpu --ablation [--repeat R] [--warmup W] [--json FILE]\n"
+                   "       flashattn bench --gpu --decode [--repeat R] [--warmup W] [--json FILE]",
                    "CPU (default): fp32 forward GFLOP/s at seqlen 2048 and 4096, head_dim 64 and 128 (batch 1,\n"
                    "8 heads, non-causal), beside this machine's SGEMM rate measured in the same run.\n"
                    "GPU (--gpu): the FlashAttention papers' sweep in bf16: 16384 tokens (batch = 16384 / seqlen),\n"
                    "hidden 2048 (heads = 2048 / head_dim), head_dim 64/128/256, seqlen 512..16k, causal and not,\n"
                    "forward and backward. FLOPs: forward 4*B*H*N*N*d (half for causal), backward 2.5x forward.\n"
-                   "CUDA events, warm-up, median of the timed runs. JSON rows carry the commit, machine and date.");
+                   "CUDA events, warm-up, median of the timed runs. JSON rows carry the commit, machine and date.\n"
+                   "GPU --ablation: the FA3 paper's ablation at batch 4, seqlen 8448, 16 heads, head_dim 128, bf16,\n"
+                   "non-causal: fa3 full, without warp specialization, without ping-pong, without intra-warpgroup\n"
+                   "overlap, and fa2, in TFLOP/s (4*B*H*N*N*d) and as a share of full fa3. A variant the build or\n"
+                   "the GPU does not offer prints 'skip (reason)'.\n"
+                   "GPU --decode: the KV-cache (decode) kernels, bf16, 32 query heads over 8 KV heads, head_dim 128,\n"
+                   "one query token: (batch, seqlen_k) = (1, 32k), (1, 128k), (16, 8k), (64, 4k), each with a\n"
+                   "contiguous and a paged (page size 16) cache. TB/s of K and V read once, beside the device copy\n"
+                   "rate measured in the same run; kernel time from calls queued back to back, and the time of one\n"
+                   "forward_kvcache call (index validation included).");
   parser.add_custom("backend", "NAME", "cpu or cuda (cuda = --gpu)", "cpu", [&](const std::string& t, std::string* e) {
     if (t == "cpu" || t == "cuda") {
       backend = t;
@@ -161,11 +171,12 @@ int cmd_bench(int argc, char** argv, int first) {
     return false;
   });
   parser.add_flag("gpu", &o.gpu, "run the GPU sweep instead of the CPU benchmark");
-  parser.add_custom("algo", "LIST", "GPU algorithms, comma-separated (fa2,fa1,standard,fa3)\n",
+  parser.add_custom("algo", "LIST", "GPU algorithms, comma-separated (fa3,fa2,fa1,standard)\n",
                     "every available CUDA algorithm",
                     [&](const std::string& t, std::string* e) { return parse_algorithm_list(t, &o.algorithms, e); });
   parser.add_flag("quick", &o.quick, "a trimmed sweep (GPU: seqlen 1k/4k/16k, head_dim 64/128; CPU: seqlen 2048)");
-  parser.add_flag("ablation", &o.ablation, "GPU: the fa3 ablation (needs the fa3 kernel)");
+  parser.add_flag("ablation", &o.ablation, "GPU: the fa3 ablation on one shape instead of the sweep");
+  parser.add_flag("decode", &o.decode, "GPU: the KV-cache (decode) bandwidth benchmark instead of the sweep");
   parser.add_int("threads", &o.threads, "T", "CPU worker threads (0 = all hardware threads)", 0, kMaxThreads);
   parser.add_int("repeat", &o.repeat, "R", "timed runs per shape (0 = 3 on cpu, 10 on gpu)", 0, kMaxRepeat);
   parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu)", -1, kMaxRepeat);
@@ -175,15 +186,25 @@ int cmd_bench(int argc, char** argv, int first) {
     case ArgParser::Outcome::kUsageError: return kExitUsage;
     case ArgParser::Outcome::kRun: break;
   }
-  if (backend == "cuda") o.gpu = true;
+  if (backend == "cuda" || o.decode) o.gpu = true;
+  if (o.decode && (parser.given("algo") || o.quick || o.ablation)) {
+    parser.usage_error(std::string("--") + (o.ablation ? "ablation" : o.quick ? "quick" : "algo") +
+                       " does not apply to --decode");
+    return kExitUsage;
+  }
   if (!o.gpu && (parser.given("algo") || o.ablation)) {
     parser.usage_error(std::string("--") + (o.ablation ? "ablation" : "algo") + " applies to the GPU sweep (--gpu)");
+    return kExitUsage;
+  }
+  if (o.ablation && (parser.given("algo") || o.quick)) {
+    parser.usage_error(std::string("--") + (o.quick ? "quick" : "algo") + " applies to the sweep, not to --ablation");
     return kExitUsage;
   }
   if (o.gpu && parser.given("threads")) {
     parser.usage_error("--threads applies to the CPU benchmark only");
     return kExitUsage;
   }
+  if (o.decode) return bench_decode(o);
   return o.gpu ? bench_gpu(o) : bench_cpu(o);
 }
 

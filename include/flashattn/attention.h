@@ -87,6 +87,17 @@ struct RunInfo {
 Status forward(const AttentionArgs& args, RunInfo* info = nullptr);
 Status backward(const BackwardArgs& args, RunInfo* info = nullptr);
 
+// The fa3 kernel with one of its overlaps compiled out, to measure what each buys (the FA3 paper's
+// ablation). CUDA only, needs fa3 support for the problem; otherwise exactly as forward().
+//   kNoWarpSpecialization:     no producer warpgroup: the consumers issue their own loads
+//   kNoPingPong:               the consumer warpgroups do not take turns between softmax and GEMMs
+//   kNoIntraWarpgroupOverlap:  a block's softmax waits for the previous block's P V
+// algorithm must be auto or fa3. RunInfo names the variant after the kernel ("..._no_ping_pong").
+enum class Fa3Ablation { kFull, kNoWarpSpecialization, kNoPingPong, kNoIntraWarpgroupOverlap };
+Status forward_fa3_ablation(const AttentionArgs& args, Fa3Ablation variant, RunInfo* info = nullptr);
+// "full", "no_warp_specialization", "no_ping_pong", "no_intra_warpgroup_overlap".
+const char* to_string(Fa3Ablation variant);
+
 // Validate and dispatch without running: ok when forward/backward would run, else the reason.
 Status check_supported(const AttentionArgs& args, RunInfo* info = nullptr);
 Status check_supported(const BackwardArgs& args, RunInfo* info = nullptr);

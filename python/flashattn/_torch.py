@@ -68,6 +68,10 @@ def _bwd_impl(
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     ext = _arrays.for_extension
+    # The fa3 kernel is forward only: a graph whose forward ran on fa3 takes the backward `auto` picks
+    # (it needs only q, k, v, out and lse, whichever kernel wrote them).
+    if algo == "fa3":
+        algo = "auto"
     _ext.backward(
         ext(dout), ext(q), ext(k), ext(v), ext(out), ext(lse), dq, dk, dv,
         cu_seqlens_q=ext(cu_seqlens_q), cu_seqlens_k=ext(cu_seqlens_k),

@@ -24,8 +24,11 @@ int cuda_devices();
 Status cuda_check(const Problem& p, RunInfo* info);
 Status cuda_forward(const Problem& p, RunInfo* info);
 Status cuda_backward(const Problem& p, RunInfo* info);
+// The fa3 forward with one overlap compiled out (`variant` is a Fa3Ablation value, checked by the caller);
+// NotSupported where fa3 does not take the problem. Fills info as cuda_check would for algorithm fa3.
+Status cuda_forward_fa3_ablation(const Problem& p, int variant, RunInfo* info);
 std::vector<Capabilities> cuda_capabilities();
-// KV-cache (decode) on the GPU: not supported yet (reports so without touching any tensor).
+// KV-cache (decode) on the GPU: checks the kernel's limits before anything is written, then appends and attends.
 Status cuda_forward_kvcache(const KVCacheProblem& p, RunInfo* info);
 // Copies a small int32 index tensor in device memory to the host (for validating varlen offsets).
 Status cuda_copy_index_to_host(const TensorView& t, void* stream, std::vector<int32_t>* out);

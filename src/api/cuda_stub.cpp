@@ -12,6 +12,7 @@ int cuda_devices() { return 0; }
 Status cuda_check(const Problem&, RunInfo*) { return not_built(); }
 Status cuda_forward(const Problem&, RunInfo*) { return not_built(); }
 Status cuda_backward(const Problem&, RunInfo*) { return not_built(); }
+Status cuda_forward_fa3_ablation(const Problem&, int, RunInfo*) { return not_built(); }
 Status cuda_forward_kvcache(const KVCacheProblem&, RunInfo*) { return not_built(); }
 Status cuda_copy_index_to_host(const TensorView&, void*, std::vector<int32_t>*) { return not_built(); }
 Status cuda_check_pointer(const char*, const void*, Device, int) { return Status::Ok(); }

@@ -72,6 +72,44 @@ Status backward(const BackwardArgs& args, RunInfo* info) {
   return p.backend == Backend::kCPU ? detail::cpu_backward(p, out) : detail::cuda_backward(p, out);
 }
 
+const char* to_string(Fa3Ablation variant) {
+  switch (variant) {
+    case Fa3Ablation::kFull: return "full";
+    case Fa3Ablation::kNoWarpSpecialization: return "no_warp_specialization";
+    case Fa3Ablation::kNoPingPong: return "no_ping_pong";
+    case Fa3Ablation::kNoIntraWarpgroupOverlap: return "no_intra_warpgroup_overlap";
+  }
+  return "unknown";
+}
+
+Status forward_fa3_ablation(const AttentionArgs& args, Fa3Ablation variant, RunInfo* info) {
+  detail::Problem p;
+  Status s = detail::make_problem(args, &p);
+  if (s.ok()) s = detail::resolve_backend(p.device, &p.backend);
+  if (!s.ok()) return s;
+  switch (variant) {
+    case Fa3Ablation::kFull:
+    case Fa3Ablation::kNoWarpSpecialization:
+    case Fa3Ablation::kNoPingPong:
+    case Fa3Ablation::kNoIntraWarpgroupOverlap: break;
+    default:
+      return Status::Invalid("variant: " + std::to_string(static_cast<int>(variant)) +
+                             " is not a Fa3Ablation value");
+  }
+  if (p.algorithm != Algorithm::kAuto && p.algorithm != Algorithm::kFA3)
+    return Status::Invalid(std::string("algorithm: forward_fa3_ablation runs fa3 (or auto), not ") +
+                           to_string(p.algorithm));
+  // The variants exist only as CUDA kernels: a call that forward() would run on the cpu backend breaks
+  // no rule of the arguments but asks for a configuration this entry point does not offer.
+  if (p.backend != Backend::kCUDA)
+    return Status::NotSupported(std::string("forward_fa3_ablation: runs on the cuda backend only; this call would run "
+                                            "on backend ") +
+                                to_string(p.backend) + " (tensors in " + to_string(p.device) + " memory)");
+  p.algorithm = Algorithm::kFA3;
+  RunInfo local;
+  return detail::cuda_forward_fa3_ablation(p, static_cast<int>(variant), info ? info : &local);
+}
+
 Status forward_kvcache(const KVCacheArgs& args, RunInfo* info) {
   detail::KVCacheProblem p;
   Status s = detail::make_kvcache_problem(args, &p);

@@ -53,6 +53,10 @@ Status make_context(const Problem& p, cuda::Context* ctx) {
 
 using SupportsFn = Status (*)(const Problem&, const cuda::Context&, std::string*);
 
+Status fa3_backward_supports(const Problem&, const cuda::Context&, std::string*) {
+  return Status::NotSupported("algorithm fa3: the Hopper kernel is forward only; the backward runs on fa2");
+}
+
 // The algorithm `auto` resolves to: the fastest built one that accepts the problem.
 Status resolve(const Problem& p, const cuda::Context& ctx, Algorithm* algo, std::string* kernel) {
   struct Entry {
@@ -61,12 +65,11 @@ Status resolve(const Problem& p, const cuda::Context& ctx, Algorithm* algo, std:
     SupportsFn bwd;
   };
   static const Entry kEntries[] = {
+      {Algorithm::kFA3, cuda::fa3_supports, fa3_backward_supports},
       {Algorithm::kFA2, cuda::fa2_supports, cuda::fa2_backward_supports},
       {Algorithm::kFA1, cuda::fa1_supports, cuda::fa1_supports},
       {Algorithm::kStandard, cuda::standard_supports, cuda::standard_supports},
   };
-  if (*algo == Algorithm::kFA3)
-    return Status::NotSupported("algorithm fa3: not built in this version of flashattn");
   Status first_error;
   for (const Entry& e : kEntries) {
     if (*algo != Algorithm::kAuto && *algo != e.algo) continue;
@@ -150,6 +153,7 @@ Status cuda_forward(const Problem& p, RunInfo* info) {
     case Algorithm::kStandard: return cuda::standard_forward(p, ctx);
     case Algorithm::kFA1: return cuda::fa1_forward(p, ctx);
     case Algorithm::kFA2: return cuda::fa2_forward(p, ctx);
+    case Algorithm::kFA3: return cuda::fa3_forward(p, ctx);
     default: return Status::NotSupported(std::string("algorithm ") + to_string(info->algorithm) + ": not built");
   }
 }
@@ -167,8 +171,47 @@ Status cuda_backward(const Problem& p, RunInfo* info) {
   }
 }
 
-Status cuda_forward_kvcache(const KVCacheProblem&, RunInfo*) {
-  return Status::NotSupported("backend cuda: forward_kvcache is not supported yet (use backend cpu with host tensors)");
+// The public variant is handed to the kernel's own enum by value: both must list the variants in one order.
+static_assert(int(cuda::Fa3Variant::kFull) == int(Fa3Ablation::kFull) &&
+                  int(cuda::Fa3Variant::kNoWarpSpecialization) == int(Fa3Ablation::kNoWarpSpecialization) &&
+                  int(cuda::Fa3Variant::kNoPingPong) == int(Fa3Ablation::kNoPingPong) &&
+                  int(cuda::Fa3Variant::kNoIntraWarpgroupOverlap) == int(Fa3Ablation::kNoIntraWarpgroupOverlap),
+              "cuda::Fa3Variant and Fa3Ablation must number the variants alike");
+
+Status cuda_forward_fa3_ablation(const Problem& p, int variant, RunInfo* info) {
+  DeviceGuard guard;
+  cuda::Context ctx;
+  Status s = make_context(p, &ctx);
+  if (!s.ok()) return s;
+  std::string kernel;
+  s = cuda::fa3_supports(p, ctx, &kernel);
+  if (!s.ok()) return s;
+  const auto v = static_cast<Fa3Ablation>(variant);
+  info->backend = Backend::kCUDA;
+  info->algorithm = Algorithm::kFA3;
+  // fa3_supports names the full kernel; a variant's name adds which overlap it compiles out.
+  info->kernel = v == Fa3Ablation::kFull ? kernel : kernel + "_" + to_string(v);
+  return cuda::fa3_forward(p, ctx, static_cast<cuda::Fa3Variant>(variant));
+}
+
+Status cuda_forward_kvcache(const KVCacheProblem& p, RunInfo* info) {
+  DeviceGuard guard;
+  cuda::Context ctx;
+  Problem where;  // make_context reads only the device and the stream
+  where.device_index = p.device_index;
+  where.stream = p.stream;
+  Status s = make_context(where, &ctx);
+  if (!s.ok()) return s;
+  std::string kernel;
+  // The kernel's limits are checked before the append, so a refusal leaves the caches untouched.
+  s = cuda::decode_supports(p, ctx, &kernel);
+  if (!s.ok()) return s;
+  if (info) {
+    info->backend = Backend::kCUDA;
+    info->algorithm = Algorithm::kFA2;
+    info->kernel = kernel;
+  }
+  return cuda::decode_forward(p, ctx);
 }
 
 std::vector<Capabilities> cuda_capabilities() {
@@ -186,7 +229,19 @@ std::vector<Capabilities> cuda_capabilities() {
     c.backward = c.causal = c.window = c.softcap = c.gqa = c.varlen = true;
     return c;
   };
-  return {make(Algorithm::kFA2, {64, 96, 128, 192, 256}, 256), make(Algorithm::kFA1, {}, 128),
+  // fa3: forward only, where the build has sm_90a code and the device is compute capability 9.0 (device 0).
+  Capabilities fa3 = make(Algorithm::kFA3, {64, 128, 256}, 256);
+  fa3.backward = false;
+  int major = 0, minor = 0;
+  if (devices > 0 && (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+                      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess))
+    cudaGetLastError();
+  std::string why;
+  if (devices > 0 && !cuda::fa3_runs_on(major, minor, &why)) {
+    fa3.available = false;
+    fa3.note = why;
+  }
+  return {fa3, make(Algorithm::kFA2, {64, 96, 128, 192, 256}, 256), make(Algorithm::kFA1, {}, 128),
           make(Algorithm::kStandard, {}, 256)};
 }
 

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "api/kvcache_problem.h"
 #include "api/problem.h"
 
 namespace flashattn::cuda {
@@ -34,5 +35,20 @@ Status fa2_supports(const detail::Problem& p, const Context& ctx, std::string* k
 Status fa2_forward(const detail::Problem& p, const Context& ctx);
 Status fa2_backward_supports(const detail::Problem& p, const Context& ctx, std::string* kernel);
 Status fa2_backward(const detail::Problem& p, const Context& ctx);
+
+// `fa3`: Hopper forward (sm90a): TMA loads, wgmma, a producer warpgroup and two consumer warpgroups in
+// ping-pong, softmax overlapped with the previous block's P V, a persistent tile scheduler (sm90/).
+// The ablation entry runs the same kernel with one of its overlaps compiled out.
+enum class Fa3Variant { kFull, kNoWarpSpecialization, kNoPingPong, kNoIntraWarpgroupOverlap };
+// Whether this build holds sm_90a code (FLASHATTN_CUDA_ARCHITECTURES includes 90a) and the device is
+// compute capability 9.0: where fa3 can run at all. Empty `why` when it can.
+bool fa3_runs_on(int cc_major, int cc_minor, std::string* why);
+Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* kernel);
+Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant variant = Fa3Variant::kFull);
+
+// KV-cache attention (decode): split-KV with packed GQA and an in-kernel LSE merge, after an append kernel
+// for k_new / v_new (decode/).
+Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std::string* kernel);
+Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx);
 
 }  // namespace flashattn::cuda

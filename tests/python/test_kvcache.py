@@ -243,3 +243,49 @@ def test_torch_cpu(rng):
     out_int = flashattn.flash_attn_with_kvcache(torch.from_numpy(q), k_cache, v_cache, cache_seqlens=4,
                                                 block_table=torch.from_numpy(cache.block_table))
     assert out_int.shape == q.shape
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seqlen_q", [1, 4], ids=["sq1", "sq4"])
+@pytest.mark.parametrize("layout", [None, 16], ids=["contiguous", "page16"])
+def test_torch_cuda_matches_cpu(rng, layout, seqlen_q):
+    """torch CUDA tensors run the GPU decode kernels: the same call as on the CPU backend, compared with the CPU
+    result and the float64 oracle; the caches are appended in place on the device."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch")
+    if not flashattn.cuda_built():
+        pytest.skip("this build of flashattn has no CUDA kernels")
+    dtype, seqlen_new, heads_q, heads_kv = np.float16, 2, 8, 2
+    final_lengths = [n + seqlen_new for n in CACHE_LENGTHS]
+    batch = len(CACHE_LENGTHS)
+    cache = Cache(rng, dtype, CACHE_LENGTHS, final_lengths, heads_kv, layout)
+    q = randn(rng, (batch, seqlen_q, heads_q, HEAD_DIM), dtype)
+    k_new = randn(rng, (batch, seqlen_new, heads_kv, HEAD_DIM), dtype)
+    v_new = randn(rng, (batch, seqlen_new, heads_kv, HEAD_DIM), dtype)
+    seqlens = np.array(CACHE_LENGTHS, np.int32)
+    k_expected, v_expected = expected_caches(cache, CACHE_LENGTHS, k_new, v_new)
+    options = dict(cache_seqlens=seqlens, block_table=cache.block_table, causal=True, return_softmax_lse=True)
+
+    cpu_out, cpu_lse = flashattn.flash_attn_with_kvcache(q, cache.k.copy(), cache.v.copy(), k_new, v_new,
+                                                         backend="cpu", **options)
+
+    def cuda(a):
+        return None if a is None else torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+    k_cache, v_cache = cuda(cache.k), cuda(cache.v)
+    out, lse = flashattn.flash_attn_with_kvcache(
+        cuda(q), k_cache, v_cache, cuda(k_new), cuda(v_new), cache_seqlens=cuda(seqlens),
+        block_table=cuda(cache.block_table), causal=True, return_softmax_lse=True)
+    torch.cuda.synchronize()
+    assert out.is_cuda and out.dtype == torch.float16 and lse.dtype == torch.float32
+    assert_bytes_equal("k_cache", k_cache.cpu().numpy(), k_expected)
+    assert_bytes_equal("v_cache", v_cache.cpu().numpy(), v_expected)
+    oracle_out, oracle_lse, naive_out, naive_lse = reference(q, cache, k_expected, v_expected, final_lengths,
+                                                             dtype, causal=True)
+    out, lse = out.cpu().numpy(), lse.cpu().numpy()
+    ref.assert_close("out", out, oracle_out, naive_out, dtype)
+    ref.assert_close("lse", lse, oracle_lse, naive_lse, dtype)
+    # Against the CPU backend's result on the same inputs: within the same rule, with the CPU as the oracle.
+    ref.assert_close("out vs cpu", out, cpu_out, naive_out, dtype)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(cpu_lse))

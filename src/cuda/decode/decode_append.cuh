@@ -1,0 +1,56 @@
+// Step 1 of a KV-cache call on the GPU: k_new / v_new into the cache slots cache_seqlens[b] .. + seqlen_new - 1,
+// on the caller's stream before the attention kernel. Same dtype on both sides, so elements are copied as
+// raw 16-bit words; any stride works (no alignment needed).
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::cuda::decode {
+
+struct AppendParams {
+  const uint16_t* k_new;
+  const uint16_t* v_new;
+  int64_t k_new_batch_stride, k_new_row_stride, k_new_head_stride;
+  int64_t v_new_batch_stride, v_new_row_stride, v_new_head_stride;
+  uint16_t* k_cache;
+  uint16_t* v_cache;
+  int64_t k_outer_stride, k_row_stride, k_head_stride;
+  int64_t v_outer_stride, v_row_stride, v_head_stride;
+  const int32_t* cache_seqlens;
+  const int32_t* block_table;  // nullptr: contiguous cache
+  int64_t block_table_row_stride;
+  int64_t page_size;
+  int64_t batch, seqlen_new, heads_kv, head_dim;
+};
+
+// One thread per element, grid-stride: (b, t, h, d) with d fastest, so a warp's stores land in one row.
+__global__ void append_new_tokens_kernel(const AppendParams a) {
+  const int64_t total = a.batch * a.seqlen_new * a.heads_kv * a.head_dim;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    int64_t rest = idx;
+    const int64_t d = rest % a.head_dim;
+    rest /= a.head_dim;
+    const int64_t h = rest % a.heads_kv;
+    rest /= a.heads_kv;
+    const int64_t t = rest % a.seqlen_new;
+    const int64_t b = rest / a.seqlen_new;
+    const int64_t pos = a.cache_seqlens[b] + t;
+    int64_t k_dst, v_dst;
+    if (a.block_table != nullptr) {
+      const int64_t page = a.block_table[b * a.block_table_row_stride + pos / a.page_size];
+      const int64_t slot = pos % a.page_size;
+      k_dst = page * a.k_outer_stride + slot * a.k_row_stride;
+      v_dst = page * a.v_outer_stride + slot * a.v_row_stride;
+    } else {
+      k_dst = b * a.k_outer_stride + pos * a.k_row_stride;
+      v_dst = b * a.v_outer_stride + pos * a.v_row_stride;
+    }
+    a.k_cache[k_dst + h * a.k_head_stride + d] =
+        a.k_new[b * a.k_new_batch_stride + t * a.k_new_row_stride + h * a.k_new_head_stride + d];
+    a.v_cache[v_dst + h * a.v_head_stride + d] =
+        a.v_new[b * a.v_new_batch_stride + t * a.v_new_row_stride + h * a.v_new_head_stride + d];
+  }
+}
+
+}  // namespace flashattn::cuda::decode

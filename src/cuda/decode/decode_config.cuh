@@ -1,0 +1,111 @@
+// Tile geometry and kernel parameters of the split-KV decode kernels (Flash-Decoding, sm80+).
+//
+// One CTA owns one (batch, KV head, query-row tile, split). Its query rows are the packed GQA rows of the
+// KV head: the group's query heads times the call's query tokens, kRowsPerTile of them per tile, so every
+// K/V byte is read once per KV head (not once per query head). The split's keys are cut into blocks of
+// kKeysPerBlock; warp w takes blocks w, w + kWarps, ... and streams them through its own cp.async ring of
+// kStages buffers, so the warps never wait for each other inside the key loop. At the end the warps'
+// softmax states are merged in shared memory.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::cuda::decode {
+
+constexpr int kWarpSize = 32;
+constexpr int kRowsPerTile = 16;   // packed query rows per CTA: one mma.sync m16 tile
+constexpr int kKeysPerBlock = 16;  // keys per warp step: one P V k-step of mma.sync.m16n8k16
+constexpr int kMmaN = 8;
+constexpr int kMmaK = 16;
+constexpr int kChunkElems = 8;     // 16-bit elements per 16-byte cp.async chunk
+constexpr int kElemBytes = 2;      // fp16 / bf16
+constexpr int kSmemPadElems = 8;   // 16 bytes of padding per shared row: conflict-free ldmatrix phases
+constexpr int kMaxSplits = 128;    // equals flashattn::kMaxKVSplits (static_assert in decode_fwd.cu)
+// K/V bytes each CTA keeps in flight at least: with one or two CTAs per SM, tens of KB per SM are what
+// covers HBM latency at full bandwidth (Little's law: ~4 TB/s x ~1 us over 132 SMs).
+constexpr int kMinBytesInFlight = 32 * 1024;
+
+// Per head dim: kWarps warps with kStages ring buffers each. Every warp keeps (kStages - 1) blocks of K
+// and V in flight, kBytesInFlight per CTA; decode_hd*.cu pick the numbers per head dim so that an SM holds
+// 64 KB or more of loads in flight (a memory-bound kernel needs tens of KB per SM to cover HBM latency).
+template <int kHeadDim_, int kStages_, int kWarps_, int kMinBlocksPerSm_>
+struct DecodeConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+  static constexpr int kThreads = kWarps * kWarpSize;
+
+  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;  // elements between shared rows
+  static constexpr int kQkSteps = kHeadDim / kMmaK;             // k-steps of Q K^T
+  static constexpr int kDTiles = kHeadDim / kMmaN;              // n8 tiles of the O accumulator
+  static constexpr int kChunksPerRow = kHeadDim / kChunkElems;
+
+  // cp.async lane layout of one [kKeysPerBlock x kHeadDim] block: kLanesPerRow lanes share a row.
+  static constexpr int kLanesPerRow = kChunksPerRow < kWarpSize ? kChunksPerRow : kWarpSize;
+  static constexpr int kColIters = kChunksPerRow / kLanesPerRow;
+  static constexpr int kRowsPerPass = kWarpSize / kLanesPerRow;
+  static constexpr int kRowPasses = kKeysPerBlock / kRowsPerPass;
+
+  static constexpr int kBlockElems = kKeysPerBlock * kSmemStride;  // one K (or V) block
+  static constexpr int kStageElems = 2 * kBlockElems;              // K, then V
+  static constexpr int kWarpRingElems = kStages * kStageElems;
+  static constexpr int kQElems = kRowsPerTile * kSmemStride;
+  static constexpr int kRingBytes = kWarps * kWarpRingElems * kElemBytes;
+  static constexpr int kQBytes = kQElems * kElemBytes;
+  // After the key loop the ring is reused for the warps' fp32 partial outputs and row statistics.
+  static constexpr int kCombineBytes = (kWarps * kRowsPerTile * kHeadDim + 2 * kWarps * kRowsPerTile) * 4;
+  static constexpr int kSmemBytes = kQBytes + (kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes);
+  // K/V bytes (padding excluded) one CTA keeps in flight: kStages - 1 blocks of K and V per warp.
+  static constexpr int kBytesInFlight = kWarps * (kStages - 1) * 2 * kKeysPerBlock * kHeadDim * kElemBytes;
+
+  static_assert(kHeadDim % kMmaK == 0, "head_dim must be a multiple of the mma k depth (16)");
+  static_assert(kDTiles % 2 == 0, "ldmatrix.x4.trans loads V fragments for two n8 tiles at a time");
+  static_assert(kChunksPerRow % kLanesPerRow == 0, "the lanes of a row must cover it in whole passes");
+  static_assert(kKeysPerBlock % kRowsPerPass == 0, "a block's rows must split evenly over the passes");
+  static_assert(kKeysPerBlock <= kWarpSize, "each lane looks up the page of at most one key of a block");
+  static_assert(kStages >= 2, "the ring needs one buffer to compute on and one in flight");
+  static_assert(kBytesInFlight >= kMinBytesInFlight, "too few loads in flight per CTA to cover HBM latency");
+  static_assert((kSmemStride * kElemBytes) % 16 == 0, "shared rows must stay 16-byte aligned for cp.async");
+  static_assert(kQBytes % 16 == 0, "the ring after Q must start 16-byte aligned");
+};
+
+// A plain-old-data view of one KV-cache call that the kernels take by value (strides in elements).
+struct DecodeParams {
+  const void* q;
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  void* out;
+  int64_t out_batch_stride, out_row_stride, out_head_stride;
+  float* lse;  // nullptr: not requested; else [batch, heads_q, seqlen_q] with these strides
+  int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
+
+  const void* k_cache;
+  const void* v_cache;
+  int64_t k_outer_stride, k_row_stride, k_head_stride;  // outer: between sequences, or between pages
+  int64_t v_outer_stride, v_row_stride, v_head_stride;
+  const int32_t* cache_seqlens;  // device, validated: cached tokens before the call
+  const int32_t* block_table;    // device, validated; nullptr: contiguous cache
+  int64_t block_table_row_stride;
+  int page_size;
+
+  int batch, heads_kv, group, seqlen_q, seqlen_new, head_dim;
+  int rows;     // packed rows per KV head: group * seqlen_q
+  int m_tiles;  // query-row tiles per KV head: ceil(rows / kRowsPerTile)
+
+  float scale_log2;     // softmax scale * log2(e): scores in log2 units
+  float softcap_inner;  // scale / softcap (softcap on)
+  float softcap_outer;  // softcap * log2(e); 0: softcap off
+  bool causal;
+  int window_left, window_right;  // -1: unbounded
+
+  int num_splits;       // gridDim.x: the most splits any tile uses
+  int min_split_keys;   // > 0: a tile uses at most (its keys / min_split_keys) splits (the heuristic)
+
+  // Workspace (only when num_splits > 1): per tile and split, kRowsPerTile partial rows of the kernel's
+  // (padded) head dim in fp32 and their LSEs, and one arrival ticket per tile (zero at rest).
+  float* partial_o;
+  float* partial_lse;
+  int* tickets;
+};
+
+}  // namespace flashattn::cuda::decode

@@ -1,0 +1,241 @@
+// Host side of the CUDA KV-cache (decode) path: which calls the split-KV kernels accept, the split count,
+// the workspace, and the launches (append, then attention with the in-kernel merge), all on the caller's
+// stream.
+//
+// Kernel set: fp16 and bf16 x head dims {64, 128, 256}. A head dim that is a multiple of 8 below 256 runs on
+// the next larger kernel: its loads zero-fill the extra columns (dot products and P V are unchanged by
+// zeros) and its stores skip them. Other head dims and fp32 are refused.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "core/numeric.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/stream_buffer.h"
+#include "cuda/decode/decode_append.cuh"
+#include "cuda/decode/decode_heuristic.h"
+#include "cuda/decode/decode_kernels.h"
+#include "cuda/decode/decode_tickets.h"
+#include "cuda/launch.h"
+#include "flashattn/kvcache.h"
+
+namespace flashattn::cuda {
+namespace {
+
+using decode::DecodeKernel;
+using decode::DecodeParams;
+
+static_assert(decode::kMaxSplits == kMaxKVSplits, "the kernel's split limit must equal the API's");
+
+constexpr int kMinComputeCapability = 8;      // cp.async, bf16 mma.sync
+constexpr int64_t kGridYZLimit = 65535;       // gridDim.y (KV heads x row tiles) and gridDim.z (batch)
+constexpr int64_t kCpAsyncAlignBytes = 16;
+constexpr int kAppendThreads = 256;
+constexpr int64_t kAppendMaxBlocks = 4096;    // grid-stride beyond this
+
+DecodeKernel kernel_for(int64_t head_dim) {
+  if (head_dim <= 64) return decode::decode_kernel_hd64();
+  if (head_dim <= 128) return decode::decode_kernel_hd128();
+  if (head_dim <= 256) return decode::decode_kernel_hd256();
+  return DecodeKernel{};
+}
+
+const char* dtype_tag(DType dtype) { return dtype == DType::kFloat16 ? "fp16" : "bf16"; }
+
+int64_t row_tiles(const detail::KVCacheProblem& p) {
+  return (p.group() * p.seqlen_q + decode::kRowsPerTile - 1) / decode::kRowsPerTile;
+}
+
+// The caches are read with 16-byte cp.async: the base and every stride that moves between rows that are
+// read must keep 16-byte alignment (a stride of an extent-1 dimension is never applied).
+Status check_cache_alignment(const char* name, const detail::CacheStrided& c, int64_t outer, int64_t rows,
+                             int64_t heads, DType dtype) {
+  const int64_t elem = dtype_size(dtype);
+  auto bad = [&](const char* what, int64_t stride) {
+    return Status::NotSupported(std::string("backend cuda: ") + name + " " + what + " stride " +
+                                std::to_string(stride) + " elements is not a multiple of 16 bytes (the decode " +
+                                "kernels read cache rows with 16-byte cp.async)");
+  };
+  if (reinterpret_cast<uintptr_t>(c.ptr) % kCpAsyncAlignBytes != 0)
+    return Status::NotSupported(std::string("backend cuda: ") + name +
+                                " data pointer is not 16-byte aligned (the decode kernels read cache rows with "
+                                "16-byte cp.async)");
+  if (outer > 1 && (c.outer_stride * elem) % kCpAsyncAlignBytes != 0) return bad("dimension-0", c.outer_stride);
+  if (rows > 1 && (c.row_stride * elem) % kCpAsyncAlignBytes != 0) return bad("row", c.row_stride);
+  if (heads > 1 && (c.head_stride * elem) % kCpAsyncAlignBytes != 0) return bad("head", c.head_stride);
+  return Status::Ok();
+}
+
+DecodeParams make_params(const detail::KVCacheProblem& p, int64_t splits) {
+  DecodeParams d{};
+  d.q = p.q.ptr;
+  d.q_batch_stride = p.q.batch_stride;
+  d.q_row_stride = p.q.row_stride;
+  d.q_head_stride = p.q.head_stride;
+  d.out = p.out.ptr;
+  d.out_batch_stride = p.out.batch_stride;
+  d.out_row_stride = p.out.row_stride;
+  d.out_head_stride = p.out.head_stride;
+  d.lse = static_cast<float*>(p.lse.ptr);
+  d.lse_batch_stride = p.lse.batch_stride;
+  d.lse_head_stride = p.lse.head_stride;
+  d.lse_row_stride = p.lse.row_stride;
+  d.k_cache = p.k_cache.ptr;
+  d.v_cache = p.v_cache.ptr;
+  d.k_outer_stride = p.k_cache.outer_stride;
+  d.k_row_stride = p.k_cache.row_stride;
+  d.k_head_stride = p.k_cache.head_stride;
+  d.v_outer_stride = p.v_cache.outer_stride;
+  d.v_row_stride = p.v_cache.row_stride;
+  d.v_head_stride = p.v_cache.head_stride;
+  d.cache_seqlens = p.device_cache_seqlens;
+  d.block_table = p.paged ? p.device_block_table : nullptr;
+  d.block_table_row_stride = p.device_block_table_row_stride;
+  d.page_size = int(p.paged ? p.page_size : 1);
+  d.batch = int(p.batch);
+  d.heads_kv = int(p.heads_kv);
+  d.group = int(p.group());
+  d.seqlen_q = int(p.seqlen_q);
+  d.seqlen_new = int(p.seqlen_new);
+  d.head_dim = int(p.head_dim);
+  d.rows = int(p.group() * p.seqlen_q);
+  d.m_tiles = int(row_tiles(p));
+  d.scale_log2 = p.scale * core::kLog2e;
+  if (p.softcap > 0.0f) {
+    d.softcap_inner = p.scale / p.softcap;
+    d.softcap_outer = p.softcap * core::kLog2e;
+  }
+  d.causal = p.causal;
+  // Windows wider than any sequence behave as unbounded; clamp them into int.
+  d.window_left = int(p.window_left < 0 ? -1 : std::min<int64_t>(p.window_left, INT_MAX));
+  d.window_right = int(p.window_right < 0 ? -1 : std::min<int64_t>(p.window_right, INT_MAX));
+  d.num_splits = int(splits);
+  d.min_split_keys = p.num_splits > 0 ? 0 : int(decode::kMinSplitKeysGpu);
+  return d;
+}
+
+decode::AppendParams make_append_params(const detail::KVCacheProblem& p) {
+  decode::AppendParams a{};
+  a.k_new = static_cast<const uint16_t*>(p.k_new.ptr);
+  a.v_new = static_cast<const uint16_t*>(p.v_new.ptr);
+  a.k_new_batch_stride = p.k_new.batch_stride;
+  a.k_new_row_stride = p.k_new.row_stride;
+  a.k_new_head_stride = p.k_new.head_stride;
+  a.v_new_batch_stride = p.v_new.batch_stride;
+  a.v_new_row_stride = p.v_new.row_stride;
+  a.v_new_head_stride = p.v_new.head_stride;
+  a.k_cache = static_cast<uint16_t*>(p.k_cache.ptr);
+  a.v_cache = static_cast<uint16_t*>(p.v_cache.ptr);
+  a.k_outer_stride = p.k_cache.outer_stride;
+  a.k_row_stride = p.k_cache.row_stride;
+  a.k_head_stride = p.k_cache.head_stride;
+  a.v_outer_stride = p.v_cache.outer_stride;
+  a.v_row_stride = p.v_cache.row_stride;
+  a.v_head_stride = p.v_cache.head_stride;
+  a.cache_seqlens = p.device_cache_seqlens;
+  a.block_table = p.paged ? p.device_block_table : nullptr;
+  a.block_table_row_stride = p.device_block_table_row_stride;
+  a.page_size = p.paged ? p.page_size : 1;
+  a.batch = p.batch;
+  a.seqlen_new = p.seqlen_new;
+  a.heads_kv = p.heads_kv;
+  a.head_dim = p.head_dim;
+  return a;
+}
+
+}  // namespace
+
+Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std::string* kernel) {
+  if (p.algorithm != Algorithm::kAuto && p.algorithm != Algorithm::kFA2)
+    return Status::NotSupported(std::string("algorithm ") + to_string(p.algorithm) +
+                                ": the CUDA KV-cache path has only the fa2-style split-KV kernel (use auto or fa2)");
+  if (ctx.cc_major < kMinComputeCapability)
+    return Status::NotSupported("backend cuda: the decode kernels need compute capability >= 8.0 (cp.async, bf16 "
+                                "mma.sync), device has " + std::to_string(ctx.cc_major) + "." +
+                                std::to_string(ctx.cc_minor));
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
+    return Status::NotSupported(std::string("dtype ") + to_string(p.dtype) +
+                                " is not supported by the CUDA KV-cache (decode) kernels (fp16, bf16); use backend "
+                                "cpu for " + to_string(p.dtype));
+  const DecodeKernel k = kernel_for(p.head_dim);
+  if (k.head_dim == 0 || p.head_dim % decode::kChunkElems != 0)
+    return Status::NotSupported("backend cuda: head_dim " + std::to_string(p.head_dim) +
+                                " is not supported by the decode kernels (64, 128, 256; other multiples of 8 up to "
+                                "256 pad up to the next one)");
+  if (p.batch > kGridYZLimit || p.heads_kv * row_tiles(p) > kGridYZLimit)
+    return Status::NotSupported("backend cuda: batch (" + std::to_string(p.batch) + ") and heads_kv x ceil(group x " +
+                                "seqlen_q / 16) (" + std::to_string(p.heads_kv * row_tiles(p)) +
+                                ") must each be at most 65535 (grid limit of the decode kernels)");
+  if (p.capacity + p.seqlen_new > INT_MAX || p.page_size > INT_MAX)
+    return Status::NotSupported("backend cuda: caches of more than 2^31 - 1 tokens per sequence are not supported");
+  const int64_t outer = p.paged ? p.num_pages : p.batch;
+  const int64_t rows = p.paged ? p.page_size : p.capacity;
+  Status s = check_cache_alignment("k_cache", p.k_cache, outer, rows, p.heads_kv, p.dtype);
+  if (s.ok()) s = check_cache_alignment("v_cache", p.v_cache, outer, rows, p.heads_kv, p.dtype);
+  if (!s.ok()) return s;
+  if (size_t(k.smem_bytes) > ctx.smem_optin)
+    return Status::NotSupported("backend cuda: the decode kernel for head_dim " + std::to_string(k.head_dim) +
+                                " needs " + std::to_string(k.smem_bytes) + " bytes of shared memory per block, the "
+                                "device allows " + std::to_string(ctx.smem_optin));
+  if (kernel != nullptr)
+    *kernel = std::string("fa2_decode_splitkv_sm80_") + dtype_tag(p.dtype) + "_hd" + std::to_string(k.head_dim);
+  return Status::Ok();
+}
+
+Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
+  Status s = decode_supports(p, ctx, nullptr);
+  if (!s.ok() || p.batch == 0) return s;
+  const DecodeKernel k = kernel_for(p.head_dim);
+  int ctas_per_sm = 0;
+  s = k.prepare(p.dtype, &ctas_per_sm);
+  if (!s.ok()) return s;
+
+  const int64_t tiles = p.batch * p.heads_kv * row_tiles(p);
+  const int64_t splits = p.num_splits > 0 ? p.num_splits
+                                          : decode::heuristic_splits(tiles, p.max_len_k(), ctx.sm_count, ctas_per_sm);
+  DecodeParams params = make_params(p, splits);
+
+  // Workspace and tickets before the append: a failed allocation must leave the caches untouched.
+  StreamBuffer workspace(ctx.stream);
+  if (splits > 1 && p.seqlen_q > 0) {
+    const size_t partial_rows = size_t(tiles * splits * decode::kRowsPerTile);
+    const size_t o_bytes = partial_rows * size_t(k.head_dim) * sizeof(float);
+    const size_t lse_bytes = partial_rows * sizeof(float);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    FA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx.stream, &capture));
+    // A stream being captured gets its tickets from the call's own (zeroed) workspace: the per-stream array
+    // would be allocated inside the graph.
+    const bool own_tickets = capture != cudaStreamCaptureStatusNone;
+    const size_t ticket_bytes = own_tickets ? size_t(tiles) * sizeof(int) : 0;
+    s = workspace.allocate(o_bytes + lse_bytes + ticket_bytes);
+    if (!s.ok()) return s;
+    params.partial_o = workspace.floats();
+    params.partial_lse = workspace.floats(partial_rows * size_t(k.head_dim));
+    if (own_tickets) {
+      params.tickets = reinterpret_cast<int*>(workspace.at(o_bytes + lse_bytes));
+      FA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(params.tickets, 0, ticket_bytes, ctx.stream));
+    } else {
+      s = decode::stream_tickets(ctx.device, ctx.stream, tiles, &params.tickets);
+      if (!s.ok()) return s;
+    }
+  }
+
+  if (p.has_new() && p.seqlen_new > 0) {
+    const decode::AppendParams a = make_append_params(p);
+    const int64_t total = p.batch * p.seqlen_new * p.heads_kv * p.head_dim;
+    const int64_t blocks = std::min<int64_t>((total + kAppendThreads - 1) / kAppendThreads, kAppendMaxBlocks);
+    decode::append_new_tokens_kernel<<<unsigned(blocks), kAppendThreads, 0, ctx.stream>>>(a);
+    FA_CUDA_RETURN_IF_LAUNCH_ERROR("append_new_tokens_kernel");
+  }
+  if (p.seqlen_q == 0) return workspace.release();
+
+  const dim3 grid(unsigned(splits), unsigned(p.heads_kv * row_tiles(p)), unsigned(p.batch));
+  s = k.launch(p.dtype, params, grid, ctx.stream);
+  if (!s.ok()) return s;
+  return workspace.release();
+}
+
+}  // namespace flashattn::cuda

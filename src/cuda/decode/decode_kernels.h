@@ -1,0 +1,24 @@
+// The decode kernel set as the host sees it: one entry per head dim (fp16 and bf16 each), defined in
+// decode_hd{64,128,256}.cu so that the three compile in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/decode/decode_config.cuh"
+#include "flashattn/types.h"
+
+namespace flashattn::cuda::decode {
+
+struct DecodeKernel {
+  int head_dim = 0;  // 0: no kernel
+  int smem_bytes = 0;
+  // Opts the kernel into its shared memory and reports how many CTAs fit on one SM.
+  Status (*prepare)(DType dtype, int* ctas_per_sm) = nullptr;
+  Status (*launch)(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream) = nullptr;
+};
+
+DecodeKernel decode_kernel_hd64();
+DecodeKernel decode_kernel_hd128();
+DecodeKernel decode_kernel_hd256();
+
+}  // namespace flashattn::cuda::decode

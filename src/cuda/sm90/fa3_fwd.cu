@@ -1,0 +1,174 @@
+// Host side of the fa3 forward: which problems the sm90a kernel accepts, its tensor maps, and the launch.
+//
+// Kernel set: fp16 and bf16 x head dims {64, 128, 256}; other head dims run on fa2 (`auto` falls through).
+// TMA needs 16-byte aligned base pointers and strides that are multiples of 16 bytes; problems that break
+// that are refused here and run on fa2 too.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/launch.h"
+#include "cuda/sm90/fa3_launch.cuh"
+
+namespace flashattn::cuda {
+namespace {
+
+constexpr int kRequiredMajor = 9;  // sm_90a: wgmma, setmaxnreg and TMA as compiled here
+constexpr int kRequiredMinor = 0;
+constexpr int64_t kTmaAlign = 16;             // bytes: base address and every stride
+constexpr int64_t kTmaMaxStride = int64_t(1) << 40;  // bytes
+constexpr int kElemBytes = 2;
+
+const char* dtype_tag(DType dtype) { return dtype == DType::kFloat16 ? "fp16" : "bf16"; }
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult result{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &result) !=
+            cudaSuccess ||
+        result != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      ptr = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+// TMA's rules for one operand: 16-byte aligned base, strides of dimensions with more than one index a
+// multiple of 16 bytes and below 2^40.
+Status check_tma_operand(const char* name, const detail::Strided& s, int64_t rows, int64_t heads, int64_t batch,
+                         bool varlen) {
+  if (reinterpret_cast<uintptr_t>(s.ptr) % kTmaAlign != 0)
+    return Status::NotSupported(std::string("algorithm fa3: ") + name +
+                                " data pointer is not 16-byte aligned (TMA needs it)");
+  struct Dim {
+    const char* what;
+    int64_t stride, extent;
+  };
+  const Dim dims[] = {{"row", s.row_stride, rows}, {"head", s.head_stride, heads}, {"batch", s.batch_stride, varlen ? 1 : batch}};
+  for (const Dim& d : dims) {
+    if (d.extent <= 1) continue;
+    const int64_t bytes = d.stride * kElemBytes;
+    if (bytes % kTmaAlign != 0 || bytes <= 0 || bytes >= kTmaMaxStride)
+      return Status::NotSupported(std::string("algorithm fa3: ") + name + " " + d.what + " stride " +
+                                  std::to_string(d.stride) + " elements is not a positive multiple of 16 bytes " +
+                                  "below 2^40 (TMA needs it)");
+  }
+  return Status::Ok();
+}
+
+Status encode(CUtensorMap* map, const detail::Strided& s, DType dtype, int64_t head_dim, int64_t rows, int64_t heads,
+              int64_t batch, int box_rows) {
+  PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
+  if (fn == nullptr) return Status::NotSupported("algorithm fa3: the driver offers no cuTensorMapEncodeTiled");
+  // A dimension of extent 1 is never stepped, but its stride must still be valid: use a packed one.
+  auto stride_or = [](int64_t stride, int64_t extent, int64_t packed) {
+    return uint64_t(extent > 1 ? stride * kElemBytes : packed);
+  };
+  const uint64_t row_b = stride_or(s.row_stride, rows, head_dim * kElemBytes);
+  const uint64_t head_b = stride_or(s.head_stride, heads, uint64_t(rows) * row_b);
+  const uint64_t batch_b = stride_or(s.batch_stride, batch, uint64_t(heads) * head_b);
+  const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {row_b, head_b, batch_b};
+  const cuuint32_t box[4] = {cuuint32_t(sm90::kSwizzleElems), cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = fn(map, dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                        4, s.ptr, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status::Runtime("algorithm fa3: cuTensorMapEncodeTiled failed with error " + std::to_string(int(r)));
+  return Status::Ok();
+}
+
+}  // namespace
+
+namespace fa3 {
+
+Status make_tensor_maps(const detail::Problem& p, int block_m, int block_n, Fa3Params* params) {
+  const int64_t q_rows = p.varlen ? p.total_q : p.seqlen_q;
+  const int64_t k_rows = p.varlen ? p.total_k : p.seqlen_k;
+  const int64_t batch = p.varlen ? 1 : p.batch;
+  Status s = encode(&params->tm_q, p.q, p.dtype, p.head_dim, q_rows, p.heads_q, batch, block_m);
+  if (s.ok()) s = encode(&params->tm_k, p.k, p.dtype, p.head_dim, k_rows, p.heads_kv, batch, block_n);
+  if (s.ok()) s = encode(&params->tm_v, p.v, p.dtype, p.head_dim, k_rows, p.heads_kv, batch, block_n);
+  return s;
+}
+
+}  // namespace fa3
+
+bool fa3_runs_on(int cc_major, int cc_minor, std::string* why) {
+#if defined(FLASHATTN_WITH_SM90A)
+  if (cc_major == kRequiredMajor && cc_minor == kRequiredMinor) {
+    why->clear();
+    return true;
+  }
+  *why = "needs compute capability 9.0 (sm_90a: TMA, wgmma), the device is " + std::to_string(cc_major) + "." +
+         std::to_string(cc_minor);
+#else
+  (void)cc_major;
+  (void)cc_minor;
+  *why = "this build has no sm_90a code (configure with FLASHATTN_CUDA_ARCHITECTURES including 90a)";
+#endif
+  return false;
+}
+
+Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* kernel) {
+  if (p.backward) return Status::NotSupported("algorithm fa3: the Hopper kernel is forward only");
+  std::string why;
+  if (!fa3_runs_on(ctx.cc_major, ctx.cc_minor, &why)) return Status::NotSupported("algorithm fa3: " + why);
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
+    return Status::NotSupported(std::string("dtype ") + to_string(p.dtype) +
+                                " is not supported by algorithm fa3 (fp16, bf16)");
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return Status::NotSupported("algorithm fa3: head_dim " + std::to_string(p.head_dim) +
+                                " has no kernel (64, 128, 256; fa2 runs the others)");
+  if (!(p.scale > 0.0f))
+    return Status::NotSupported("algorithm fa3: the softmax scale must be positive (the scale is folded into the "
+                                "exponent after the row max); fa2 runs other scales");
+  if (p.total_q > INT_MAX || p.total_k > INT_MAX || p.batch * p.heads_q > INT_MAX / 256)
+    return Status::NotSupported("algorithm fa3: more than 2^31 - 1 rows or tiles are not supported");
+  const int64_t q_rows = p.varlen ? p.total_q : p.seqlen_q;
+  const int64_t k_rows = p.varlen ? p.total_k : p.seqlen_k;
+  struct Operand {
+    const char* name;
+    const detail::Strided* s;
+    int64_t rows, heads;
+  };
+  const Operand operands[] = {{"q", &p.q, q_rows, p.heads_q},
+                              {"k", &p.k, k_rows, p.heads_kv},
+                              {"v", &p.v, k_rows, p.heads_kv},
+                              {"out", &p.out, q_rows, p.heads_q}};  // 16-byte stores in the epilogue
+  for (const Operand& o : operands) {
+    Status st = check_tma_operand(o.name, *o.s, o.rows, o.heads, p.batch, p.varlen);
+    if (!st.ok()) return st;
+  }
+  if (encode_fn() == nullptr)
+    return Status::NotSupported("algorithm fa3: the driver offers no cuTensorMapEncodeTiled");
+  if (kernel != nullptr) {
+    *kernel = std::string("fa3_fwd_sm90_") + dtype_tag(p.dtype) + "_hd" + std::to_string(p.head_dim) + "_m" +
+              std::to_string(64 * fa3::fa3_consumers(int(p.head_dim))) + "n" +
+              std::to_string(fa3::fa3_block_n(int(p.head_dim), fa3::has_masked_blocks(p)));
+  }
+  return Status::Ok();
+}
+
+Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant variant) {
+  Status s = fa3_supports(p, ctx, nullptr);
+  if (!s.ok()) return s;
+  if (p.batch == 0 || p.seqlen_q == 0) return Status::Ok();  // nothing to write
+  switch (p.head_dim) {
+    case 64: return fa3::launch_hd64(p, ctx, variant);
+    case 128: return fa3::launch_hd128(p, ctx, variant);
+    default: return fa3::launch_hd256(p, ctx, variant);
+  }
+}
+
+}  // namespace flashattn::cuda

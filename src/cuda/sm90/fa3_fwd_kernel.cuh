@@ -1,0 +1,599 @@
+// FlashAttention-3 forward on Hopper (sm90a).
+//
+// Roles. Warpgroup 0 is the producer: after lowering its register budget (setmaxnreg) one thread issues
+// every TMA load. The other two (or three) warpgroups are consumers: each owns 64 rows of the CTA's Q
+// tile, raises its register budget and runs S = Q K^T (wgmma, both operands in shared memory), the
+// online softmax and O += P V (wgmma, P from registers, V from shared memory), fp32 accumulators.
+//
+// Pipeline. Q has one buffer (q_full / q_empty), handed back as soon as a tile's last Q K^T completes;
+// K and V rotate through kStages buffers each with their own full/empty mbarriers, so Q K^T of a block can
+// start before its V has landed. Block counters run on across tiles: the stage of the i-th block a CTA
+// ever handles is i % kStages and its phase (i / kStages) & 1. Consumers wait `full` with that parity; the
+// producer waits `empty` with the opposite parity (a fresh barrier counts as having completed the phase
+// before phase 0).
+//
+// Two levels of overlap:
+//  - Ping-pong between the consumer warpgroups: named barriers hand the right to issue GEMMs round the
+//    consumers in turn, so one warpgroup's GEMMs occupy the tensor cores while the others run softmax.
+//  - Inside a warpgroup: issue Q K_j^T, then P_{j-1} V_{j-1}; wait for the first, run the softmax of block
+//    j while P V is still in flight, then wait for P V and rescale O.
+//
+// Scheduling. A persistent grid walks tiles blockIdx.x, +gridDim.x, ...; tiles are numbered with the
+// Q-tile index descending outermost, so with a causal mask the longest tiles start first, and (batch,
+// head) innermost, so the query heads of one KV head run side by side and share K/V in L2.
+//
+// The KV blocks of a tile are visited from the last to the first: the blocks that need a per-element mask
+// (causal diagonal, end of the keys) come first, then the fully visible ones, then those at a sliding
+// window's left edge, each group in its own loop.
+#pragma once
+
+#include <cuda.h>
+
+#include "core/mask.h"
+#include "core/numeric.h"
+#include "core/softmax_online.h"
+#include "cuda/common/problem_params.cuh"
+#include "cuda/common/ptx_sm80.cuh"
+#include "cuda/sm90/fa3_config.cuh"
+#include "cuda/sm90/sm90_ptx.cuh"
+#include "cuda/sm90/wgmma_ops.cuh"
+
+namespace flashattn::cuda::fa3 {
+
+using sm90::kWarpgroupThreads;
+
+// Named barrier ids: 1, 2, 3 for the ping-pong turn of consumers 0, 1, 2; 4, 5, 6 for each consumer's own
+// epilogue staging tile (0 is __syncthreads).
+constexpr int kTurnBarrier = 1;
+constexpr int kEpilogueBarrier = 4;
+// Threads that meet at a turn barrier: the warpgroup taking its turn and the one handing it over.
+constexpr int kTurnThreads = 2 * kWarpgroupThreads;
+
+// What both roles derive from a tile index; they must agree exactly, since the number of blocks decides
+// how many ring stages each side advances.
+struct TileWork {
+  int batch, head, kv_head;
+  int row_begin, len_q, len_k;
+  int q_row, k_row, batch_coord;  // TMA coordinates of the tile's first Q row and the sequence's first key
+  int n_first, n_last;            // KV blocks [n_first, n_last), visited from n_last - 1 down
+  bool valid;                     // the tile has rows (varlen sequences can be shorter than the maximum)
+  __device__ int blocks() const { return n_last - n_first; }
+};
+
+template <typename Cfg>
+__device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
+  const AttnParams& a = p.attn;
+  const int bh_count = a.batch * a.heads_q;
+  TileWork w;
+  const int m_block = p.num_m_blocks - 1 - tile / bh_count;
+  const int bh = tile % bh_count;
+  w.batch = bh / a.heads_q;
+  w.head = bh % a.heads_q;
+  w.kv_head = w.head / (a.heads_q / a.heads_kv);
+  w.row_begin = m_block * Cfg::kBlockM;
+  w.len_q = a.len_q(w.batch);
+  w.len_k = a.len_k(w.batch);
+  w.valid = w.row_begin < w.len_q;
+  const bool varlen = a.cu_q != nullptr;
+  w.q_row = a.q_offset(w.batch) + w.row_begin;
+  w.k_row = a.k_offset(w.batch);
+  w.batch_coord = varlen ? 0 : w.batch;
+  w.n_first = w.n_last = 0;
+  if (w.valid) {
+    const core::MaskSpec mask = a.mask(w.batch);
+    const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
+    const core::BlockRange r = core::kv_block_range(mask, w.row_begin, row_end, Cfg::kBlockN);
+    w.n_first = int(r.first);
+    w.n_last = int(r.last);
+  }
+  return w;
+}
+
+// ---- loads (issued by one thread) ---------------------------------------------------------------------
+
+template <typename Cfg, typename T>
+__device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p, const TileWork& w, int q_iter) {
+  // Hazard: every consumer's last Q K^T of the previous tile must have completed.
+  sm90::mbar_wait(&sm.q_empty, (q_iter & 1) ^ 1);
+  sm90::mbar_arrive_expect_tx(&sm.q_full, Cfg::kQBytes);
+#pragma unroll
+  for (int c = 0; c < Cfg::kColBlocks; ++c)
+    sm90::tma_load_4d(sm.q + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full, c * sm90::kSwizzleElems,
+                      w.q_row, w.head, w.batch_coord);
+}
+
+// Loads K (kV = false) or V of block n into the stage of ring position `iter`.
+template <bool kV, typename Cfg, typename T>
+__device__ __forceinline__ void load_kv(Fa3Shared<Cfg, T>& sm, const Fa3Params& p, const TileWork& w, int n, int iter) {
+  const int stage = iter % Cfg::kStages;
+  const uint32_t phase = (iter / Cfg::kStages) & 1;
+  uint64_t* empty = kV ? &sm.v_empty[stage] : &sm.k_empty[stage];
+  uint64_t* full = kV ? &sm.v_full[stage] : &sm.k_full[stage];
+  T* dst = kV ? sm.v[stage] : sm.k[stage];
+  const CUtensorMap* map = kV ? &p.tm_v : &p.tm_k;
+  // Hazard: the stage held block iter - kStages; every consumer thread must have finished its wgmma on it.
+  sm90::mbar_wait(empty, phase ^ 1);
+  sm90::mbar_arrive_expect_tx(full, Cfg::kKvBytes);
+#pragma unroll
+  for (int c = 0; c < Cfg::kColBlocks; ++c)
+    sm90::tma_load_4d(dst + c * Cfg::kBlockN * sm90::kSwizzleElems, map, full, c * sm90::kSwizzleElems,
+                      w.k_row + n * Cfg::kBlockN, w.kv_head, w.batch_coord);
+}
+
+// The producer warpgroup's loop (one thread). K of a tile's first block goes out before its Q, so the
+// next tile's first keys stream in while the consumers are still in the previous tile's epilogue.
+template <typename Cfg, typename T>
+__device__ void producer_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
+  int q_iter = 0, kv_iter = 0;
+  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+    const TileWork w = make_tile<Cfg>(p, tile);
+    if (!w.valid || w.blocks() == 0) continue;
+    load_kv<false>(sm, p, w, w.n_last - 1, kv_iter);
+    load_q(sm, p, w, q_iter++);
+    load_kv<true>(sm, p, w, w.n_last - 1, kv_iter);
+    ++kv_iter;
+    for (int n = w.n_last - 2; n >= w.n_first; --n, ++kv_iter) {
+      load_kv<false>(sm, p, w, n, kv_iter);
+      load_kv<true>(sm, p, w, n, kv_iter);
+    }
+  }
+}
+
+// ---- consumer ---------------------------------------------------------------------------------------------
+
+// Per-thread state of one consumer warpgroup for the current tile. Thread (warp w, lane l) holds rows
+// 16w + l/4 ("half" 0) and 16w + l/4 + 8 (half 1) of the warpgroup's 64 rows; register i of an
+// accumulator belongs to half (i >> 1) & 1 and column 8 * (i >> 2) + 2 * (l % 4) + (i & 1).
+template <typename Cfg>
+struct ConsumerState {
+  float o[Cfg::kHeadDim / 2];  // unnormalized output
+  float s[Cfg::kBlockN / 2];   // scores of the current block, then its probabilities (fp32)
+  uint32_t p[Cfg::kBlockN / 4];  // probabilities of the block whose P V is next, packed 16-bit pairs
+  float row_max[2];  // raw (unscaled) scores; -inf until a visible key is seen
+  float row_sum[2];  // this thread's part of the running sum (quad-reduced in the epilogue)
+};
+
+__device__ __forceinline__ int acc_half(int i) { return (i >> 1) & 1; }
+__device__ __forceinline__ int acc_col(int i) { return 8 * (i >> 2) + (i & 1); }  // plus 2 * (lane % 4)
+
+// Everything a consumer needs to turn scores into probabilities, fixed for a tile.
+struct SoftmaxParams {
+  float mult;        // raw score -> log2 units: scale * log2(e), or log2(e) after the softcap
+  float cap_inner;   // softcap: tanh(s * cap_inner) * cap; 0 when off
+  float cap;
+  core::MaskSpec mask;
+  int row0;  // this thread's half-0 row in the sequence
+};
+
+// 2^x for x <= 0 on the FMA pipe instead of the MUFU unit (which does 16 exp2 per clock per SM against
+// 128 FMAs): x = j + f with j = round(x) and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial (relative error
+// 7.5e-5, below the 2^-9 rounding of the bf16 P it feeds), 2^j by adding j to the exponent bits.
+// -inf (masked) and anything below 2^-126 give 0, as ex2.approx does.
+__device__ __forceinline__ float exp2_poly(float x) {
+  constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
+  constexpr float kMinExp = -126.0f;
+  constexpr float kC0 = 0.99992806f, kC1 = 0.69326097f, kC2 = 0.24261114f, kC3 = 0.05517167f;
+  const float xc = fmaxf(x, kMinExp);
+  const float t = xc + kRoundMagic;
+  const float f = xc - (t - kRoundMagic);
+  const float poly = fmaf(fmaf(fmaf(kC3, f, kC2), f, kC1), f, kC0);
+  // The low bits of t hold j (offset by 2^22, which the shift pushes out): j << 23 moves it to the exponent.
+  const float y = __int_as_float(__float_as_int(poly) + (__float_as_int(t) << 23));
+  return x < kMinExp ? 0.0f : y;
+}
+
+// Online softmax of one block (in place on st.s). Returns the factor that rescales O for each half and
+// whether any row of the warp needs it.
+//
+// Conditional rescale: a row keeps its stored max until the block's max exceeds it by more than
+// core::kRescaleThresholdLog2 (log2 units); until then probabilities may reach 2^8, which fp32 sums and
+// the 16-bit P hold exactly as well, and the O rescale is skipped when no row of the warp moved its max.
+template <bool kMasked, typename Cfg>
+__device__ __forceinline__ bool softmax_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, int key0, int quad,
+                                              float (&factor)[2]) {
+  constexpr int kN = Cfg::kBlockN / 2;
+  if (sp.cap_inner != 0.0f) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) st.s[i] = tanhf(st.s[i] * sp.cap_inner) * sp.cap;
+  }
+  if constexpr (kMasked) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = sp.row0 + 8 * h;
+      // Visible columns relative to this thread's first column (key0 + 2 * quad).
+      const int lo = int(sp.mask.key_begin(row)) - key0 - 2 * quad;
+      const int hi = int(sp.mask.key_end(row)) - key0 - 2 * quad;
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+        if (acc_half(i) != h) continue;
+        if (acc_col(i) < lo || acc_col(i) >= hi) st.s[i] = core::kNegInf;
+      }
+    }
+  }
+  float tile_max[2] = {core::kNegInf, core::kNegInf};
+#pragma unroll
+  for (int i = 0; i < kN; ++i) tile_max[acc_half(i)] = fmaxf(tile_max[acc_half(i)], st.s[i]);
+  float base[2];
+  bool moved = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float block_max = quad_max(tile_max[h]);
+    const float old_max = st.row_max[h];
+    // Also true for the first visible block (old max -inf); never for a row that is still fully masked.
+    const bool move = (block_max - old_max) * sp.mult > core::kRescaleThresholdLog2;
+    const float new_max = move ? block_max : old_max;
+    // A row that has seen only masked keys keeps max -inf: subtract 0 so exp2(-inf) stays 0, not NaN.
+    base[h] = new_max == core::kNegInf ? 0.0f : new_max * sp.mult;
+    factor[h] = move ? fast_exp2(old_max * sp.mult - base[h]) : 1.0f;
+    st.row_max[h] = new_max;
+    moved = moved || move;
+  }
+  float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    // The scale is folded into the exponent: one FFMA per score, then MUFU or (some columns) the FMA pipe.
+    const float x = fmaf(st.s[i], sp.mult, -base[acc_half(i)]);
+    st.s[i] = (i % 8) < Cfg::kPolyExp2Per8 ? exp2_poly(x) : fast_exp2(x);
+    tile_sum[acc_half(i)] += st.s[i];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) st.row_sum[h] = st.row_sum[h] * factor[h] + tile_sum[h];
+  return __any_sync(0xffffffffu, moved);
+}
+
+template <typename Cfg>
+__device__ __forceinline__ void rescale_o(ConsumerState<Cfg>& st, const float (&factor)[2]) {
+#pragma unroll
+  for (int i = 0; i < Cfg::kHeadDim / 2; ++i) st.o[i] *= factor[acc_half(i)];
+}
+
+template <typename Cfg, typename T>
+__device__ __forceinline__ void pack_p(ConsumerState<Cfg>& st) {
+  // Accumulator registers 2m, 2m + 1 are exactly A register m of P V (see sm90_ptx.cuh).
+#pragma unroll
+  for (int m = 0; m < Cfg::kBlockN / 4; ++m) st.p[m] = pack2<T>(st.s[2 * m], st.s[2 * m + 1]);
+}
+
+// S = Q K^T for this warpgroup's 64 rows against the kBlockN keys of one stage.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void issue_qk(ConsumerState<Cfg>& st, const T* sq_rows, const T* sk) {
+  const uint32_t q_addr = sm90::smem_u32(sq_rows);
+  const uint32_t k_addr = sm90::smem_u32(sk);
+  constexpr uint32_t kLbo = 16;  // unused by swizzled K-major operands
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kQkSteps; ++kk) {
+    // k16 step kk: column block kk / 4, 32 bytes per step inside the 128-byte swizzled row.
+    const uint32_t q_off = (kk / 4) * Cfg::kBlockM * sm90::kSwizzleBytes + (kk % 4) * 32;
+    const uint32_t k_off = (kk / 4) * Cfg::kBlockN * sm90::kSwizzleBytes + (kk % 4) * 32;
+    sm90::wgmma_ss<Cfg::kBlockN, T, 0>(st.s, sm90::make_smem_desc(q_addr + q_off, kLbo, sm90::kSwizzleAtomBytes),
+                                       sm90::make_smem_desc(k_addr + k_off, kLbo, sm90::kSwizzleAtomBytes), kk > 0);
+  }
+}
+
+// O += P V with P from registers; V[keys, d] is an MN-major B operand: 64-column blocks of d are
+// kBlockN * 128 bytes apart (LBO), 8-key groups 1024 bytes apart (SBO), 16 keys per step = 2048 bytes.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void issue_pv(ConsumerState<Cfg>& st, const T* sv) {
+  const uint32_t v_addr = sm90::smem_u32(sv);
+  constexpr uint32_t kLbo = Cfg::kBlockN * sm90::kSwizzleBytes;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kPvSteps; ++kk) {
+    const uint32_t a[4] = {st.p[4 * kk], st.p[4 * kk + 1], st.p[4 * kk + 2], st.p[4 * kk + 3]};
+    sm90::wgmma_rs<Cfg::kHeadDim, T, 1>(
+        st.o, a, sm90::make_smem_desc(v_addr + kk * 16 * sm90::kSwizzleBytes, kLbo, sm90::kSwizzleAtomBytes), true);
+  }
+}
+
+// Ping-pong turn: wait for ours before issuing GEMMs, hand it to the next consumer after. Each barrier
+// sees exactly one arrive (from the previous consumer) per sync, so turns strictly rotate.
+template <typename Cfg>
+__device__ __forceinline__ void take_turn(int wg) {
+  if constexpr (Cfg::kPingPong) sm90::named_sync(kTurnBarrier + wg, kTurnThreads);
+}
+template <typename Cfg>
+__device__ __forceinline__ void pass_turn(int wg) {
+  if constexpr (Cfg::kPingPong)
+    sm90::named_arrive(kTurnBarrier + (wg + 1) % Cfg::kConsumerWarpgroups, kTurnThreads);
+}
+
+// Byte offset of element (row, col) in a swizzled tile of `rows` rows.
+__device__ __forceinline__ uint32_t swizzled_offset(int row, int col, int rows) {
+  const int block = col / sm90::kSwizzleElems;
+  const int chunk = (col % sm90::kSwizzleElems) / 8;
+  return uint32_t(block * rows * sm90::kSwizzleBytes + row * sm90::kSwizzleBytes + ((chunk ^ (row & 7)) * 16) +
+                  (col % 8) * 2);
+}
+
+template <typename Cfg, typename T>
+struct Consumer {
+  Fa3Shared<Cfg, T>& sm;
+  const Fa3Params& p;
+  int wg;   // consumer index, 0 or 1
+  int tid;  // thread in the warpgroup
+  int q_iter = 0, kv_iter = 0;
+  bool is_loader;  // without warp specialization: the thread that issues the loads
+
+  __device__ int lane() const { return tid % 32; }
+  __device__ int quad() const { return tid % 4; }
+  __device__ int local_row0() const { return wg * Cfg::kRowsPerWarpgroup + (tid / 32) * 16 + lane() / 4; }
+
+  // Without a producer warpgroup: the load for ring position `iter` (block index `idx` of the tile) is
+  // issued once the buffer it overwrites is released, by the loader thread in line with its own work.
+  __device__ void refill_k(const TileWork& w, int idx, int iter) {
+    if (!Cfg::kWarpSpecialized && is_loader && idx < w.blocks()) load_kv<false>(sm, p, w, w.n_last - 1 - idx, iter);
+  }
+  __device__ void refill_v(const TileWork& w, int idx, int iter) {
+    if (!Cfg::kWarpSpecialized && is_loader && idx < w.blocks()) load_kv<true>(sm, p, w, w.n_last - 1 - idx, iter);
+  }
+
+  __device__ void wait_k(int iter) { sm90::mbar_wait(&sm.k_full[iter % Cfg::kStages], (iter / Cfg::kStages) & 1); }
+  __device__ void wait_v(int iter) { sm90::mbar_wait(&sm.v_full[iter % Cfg::kStages], (iter / Cfg::kStages) & 1); }
+  // One arrival per warpgroup, after its wgmma_wait: a wgmma is one operation of the whole warpgroup, so
+  // once it has completed for this thread it has finished reading the stage for all four warps.
+  __device__ void release_k(int iter) {
+    if (tid == 0) sm90::mbar_arrive(&sm.k_empty[iter % Cfg::kStages]);
+  }
+  __device__ void release_v(int iter) {
+    if (tid == 0) sm90::mbar_arrive(&sm.v_empty[iter % Cfg::kStages]);
+  }
+
+  __device__ void qk(ConsumerState<Cfg>& st, int iter) {
+    sm90::fence_registers(st.s);
+    sm90::wgmma_fence();
+    issue_qk<Cfg, T>(st, sm.q + wg * Cfg::kRowsPerWarpgroup * sm90::kSwizzleElems, sm.k[iter % Cfg::kStages]);
+    sm90::wgmma_commit();
+  }
+  __device__ void pv(ConsumerState<Cfg>& st, int iter) {
+    sm90::fence_registers(st.o);
+    sm90::fence_registers(st.p);
+    sm90::wgmma_fence();
+    issue_pv<Cfg, T>(st, sm.v[iter % Cfg::kStages]);
+    sm90::wgmma_commit();
+  }
+
+  // The tile's first block (KV block n_last - 1, ring position `iter`): Q K^T only, its P V runs with the
+  // next block's Q K^T. It is always masked: it holds the causal diagonal or the end of the keys whenever
+  // any block does. Peeled from the loop so that every loop iteration has the same wgmma groups in flight
+  // (ptxas serializes wgmma when it cannot prove which group a register read waits for).
+  __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int iter) {
+    wait_k(iter);
+    take_turn<Cfg>(wg);
+    qk(st, iter);
+    pass_turn<Cfg>(wg);
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(st.s);
+    release_k(iter);
+    refill_k(w, Cfg::kStages, iter + Cfg::kStages);
+    float factor[2];
+    softmax_block<true>(st, sp, (w.n_last - 1) * Cfg::kBlockN, quad(), factor);  // O is still 0: no rescale
+    pack_p<Cfg, T>(st);
+    if constexpr (!Cfg::kIntraOverlap) pv_now(st, w, 0, iter);
+  }
+
+  __device__ void pv_now(ConsumerState<Cfg>& st, const TileWork& w, int idx, int iter) {
+    wait_v(iter);
+    take_turn<Cfg>(wg);
+    pv(st, iter);
+    pass_turn<Cfg>(wg);
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(st.o);
+    release_v(iter);
+    refill_v(w, idx + Cfg::kStages, iter + Cfg::kStages);
+  }
+
+  // Block `idx` > 0 of the tile (KV block n = n_last - 1 - idx) at ring position `iter`.
+  template <bool kMasked>
+  __device__ void block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int idx, int iter) {
+    const int key0 = (w.n_last - 1 - idx) * Cfg::kBlockN;
+    float factor[2];
+    wait_k(iter);
+    if constexpr (Cfg::kIntraOverlap) {
+      wait_v(iter - 1);
+      take_turn<Cfg>(wg);
+      qk(st, iter);
+      pv(st, iter - 1);
+      pass_turn<Cfg>(wg);
+      sm90::wgmma_wait<1>();  // S of this block is ready; P V of the previous one may still run
+      sm90::fence_registers(st.s);
+      release_k(iter);
+      refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+      const bool moved = softmax_block<kMasked>(st, sp, key0, quad(), factor);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(st.o);
+      release_v(iter - 1);
+      refill_v(w, idx - 1 + Cfg::kStages, iter - 1 + Cfg::kStages);
+      if (moved) rescale_o(st, factor);
+      pack_p<Cfg, T>(st);
+    } else {
+      take_turn<Cfg>(wg);
+      qk(st, iter);
+      pass_turn<Cfg>(wg);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(st.s);
+      release_k(iter);
+      refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+      if (softmax_block<kMasked>(st, sp, key0, quad(), factor)) rescale_o(st, factor);
+      pack_p<Cfg, T>(st);
+      pv_now(st, w, idx, iter);
+    }
+  }
+
+  // The P V of the tile's last block, still pending under intra-warpgroup overlap.
+  __device__ void drain(ConsumerState<Cfg>& st, const TileWork& w, int idx, int iter) {
+    if constexpr (Cfg::kIntraOverlap) pv_now(st, w, idx, iter);
+  }
+
+  __device__ void write_empty_rows(const TileWork& w) {
+    // Rows that see no key: O = 0 and LSE = -inf, as the reference defines them.
+    const AttnParams& a = p.attn;
+    constexpr int kChunks = Cfg::kHeadDim / 8;
+    T* out = static_cast<T*>(a.out.ptr) + w.batch * a.out.batch_stride + w.head * a.out.head_stride;
+    for (int idx = tid; idx < Cfg::kRowsPerWarpgroup * kChunks; idx += kWarpgroupThreads) {
+      const int row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + idx / kChunks;
+      if (row < w.len_q)
+        *reinterpret_cast<uint4*>(out + (int64_t(a.q_offset(w.batch)) + row) * a.out.row_stride +
+                                  (idx % kChunks) * 8) = make_uint4(0, 0, 0, 0);
+    }
+    float* lse = static_cast<float*>(a.lse.ptr);
+    if (lse != nullptr && tid < Cfg::kRowsPerWarpgroup) {
+      const int row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + tid;
+      if (row < w.len_q)
+        lse[w.batch * a.lse.batch_stride + w.head * a.lse.head_stride +
+            (int64_t(a.q_offset(w.batch)) + row) * a.lse.row_stride] = core::kNegInf;
+    }
+  }
+
+  // O / l and LSE. O goes out through this warpgroup's own staging tile, one 64-column block at a time:
+  // registers -> swizzled shared memory (conflict-free 4-byte stores) -> 16-byte coalesced global stores.
+  __device__ void epilogue(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w) {
+    const AttnParams& a = p.attn;
+    float inv[2];
+    float* lse = static_cast<float*>(a.lse.ptr);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float sum = quad_sum(st.row_sum[h]);
+      inv[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int row = sp.row0 + 8 * h;
+      if (lse != nullptr && quad() == 0 && row < w.len_q) {
+        lse[w.batch * a.lse.batch_stride + w.head * a.lse.head_stride +
+            (int64_t(a.q_offset(w.batch)) + row) * a.lse.row_stride] =
+            sum > 0.0f ? (st.row_max[h] * sp.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
+      }
+    }
+    unsigned char* stage = reinterpret_cast<unsigned char*>(sm.o_stage[wg]);
+    const int r0 = local_row0() - wg * Cfg::kRowsPerWarpgroup;  // row inside this warpgroup's 64
+    T* out = static_cast<T*>(a.out.ptr) + w.batch * a.out.batch_stride + w.head * a.out.head_stride +
+             (int64_t(a.q_offset(w.batch)) + w.row_begin + wg * Cfg::kRowsPerWarpgroup) * a.out.row_stride;
+    const int rows_left = w.len_q - w.row_begin - wg * Cfg::kRowsPerWarpgroup;
+    constexpr int kBlockRegs = sm90::kSwizzleElems / 2;  // accumulator registers per 64-column block
+    constexpr int kChunks = sm90::kSwizzleElems / 8;     // 16-byte chunks per staged row
+#pragma unroll
+    for (int c = 0; c < Cfg::kColBlocks; ++c) {
+      // Hazard: every warp's reads of the staging tile (previous column block, or the previous tile's
+      // epilogue) must be done before it is overwritten.
+      sm90::named_sync(kEpilogueBarrier + wg, kWarpgroupThreads);
+#pragma unroll
+      for (int j = 0; j < kBlockRegs; j += 2) {
+        const int i = c * kBlockRegs + j;
+        const int row = r0 + 8 * acc_half(i);
+        const int col = acc_col(j) + 2 * quad();
+        *reinterpret_cast<uint32_t*>(stage + swizzled_offset(row, col, Cfg::kRowsPerWarpgroup)) =
+            pack2<T>(st.o[i] * inv[acc_half(i)], st.o[i + 1] * inv[acc_half(i)]);
+      }
+      sm90::named_sync(kEpilogueBarrier + wg, kWarpgroupThreads);
+#pragma unroll
+      for (int k = 0; k < Cfg::kRowsPerWarpgroup * kChunks / kWarpgroupThreads; ++k) {
+        const int idx = tid + k * kWarpgroupThreads;
+        const int row = idx / kChunks;
+        const int col = (idx % kChunks) * 8;
+        if (row < rows_left)
+          *reinterpret_cast<uint4*>(out + int64_t(row) * a.out.row_stride + c * sm90::kSwizzleElems + col) =
+              *reinterpret_cast<const uint4*>(stage + swizzled_offset(row, col, Cfg::kRowsPerWarpgroup));
+      }
+    }
+  }
+
+  __device__ void run() {
+    const AttnParams& a = p.attn;
+    // Consumer 0 goes first: the last consumer hands it the first turn.
+    if (Cfg::kPingPong && wg == Cfg::kConsumerWarpgroups - 1) sm90::named_arrive(kTurnBarrier + 0, kTurnThreads);
+    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+      const TileWork w = make_tile<Cfg>(p, tile);
+      if (!w.valid) continue;
+      if (w.blocks() == 0) {
+        write_empty_rows(w);
+        continue;
+      }
+      if (!Cfg::kWarpSpecialized && is_loader) {
+        load_q(sm, p, w, q_iter);
+        for (int i = 0; i < Cfg::kStages && i < w.blocks(); ++i) {
+          load_kv<false>(sm, p, w, w.n_last - 1 - i, kv_iter + i);
+          load_kv<true>(sm, p, w, w.n_last - 1 - i, kv_iter + i);
+        }
+      }
+      SoftmaxParams sp;
+      sp.cap = a.softcap;
+      sp.cap_inner = a.softcap > 0.0f ? a.scale / a.softcap : 0.0f;
+      sp.mult = a.softcap > 0.0f ? core::kLog2e : a.scale_log2;
+      sp.mask = a.mask(w.batch);
+      sp.row0 = w.row_begin + local_row0();
+
+      ConsumerState<Cfg> st;
+#pragma unroll
+      for (int i = 0; i < Cfg::kHeadDim / 2; ++i) st.o[i] = 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.row_max[h] = core::kNegInf;
+        st.row_sum[h] = 0.0f;
+      }
+      // Blocks that need no per-element mask: [vis_lo, vis_hi) (see MaskSpec::tile_fully_visible).
+      const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
+      int vis_lo = int((sp.mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN);
+      int vis_hi = int(sp.mask.key_end(w.row_begin) / Cfg::kBlockN);
+      vis_lo = max(vis_lo, w.n_first);
+      vis_hi = min(vis_hi, w.n_last);
+      if (vis_lo >= vis_hi) vis_lo = vis_hi = w.n_first;  // no visible block: every block is masked
+
+      sm90::mbar_wait(&sm.q_full, q_iter & 1);
+      const int base = kv_iter;
+      first_block(st, sp, w, base);
+      int idx = 1;
+      int n = w.n_last - 2;
+      for (; n >= vis_hi; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
+      for (; n >= vis_lo; --n, ++idx) block<false>(st, sp, w, idx, base + idx);
+      for (; n >= w.n_first; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
+      drain(st, w, idx - 1, base + idx - 1);
+      // Every Q K^T of the tile has completed (drain waited for all wgmma): hand Q's buffer back now, so
+      // the next tile's Q loads while this epilogue runs.
+      if (tid == 0) sm90::mbar_arrive(&sm.q_empty);
+      kv_iter = base + idx;
+      ++q_iter;
+      epilogue(st, sp, w);
+    }
+    // Balance the turn barrier: the last consumer's final hand-over to consumer 0 has no matching wait yet.
+    if (Cfg::kPingPong && wg == 0) sm90::named_sync(kTurnBarrier + 0, kTurnThreads);
+  }
+};
+
+template <typename Cfg, typename T>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_constant__ Fa3Params params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  // 128-byte swizzled tiles must start on 1024-byte boundaries; the launch adds that much slack.
+  const uint32_t raw = sm90::smem_u32(smem_raw);
+  const uint32_t pad = (sm90::kSwizzleAtomBytes - raw % sm90::kSwizzleAtomBytes) % sm90::kSwizzleAtomBytes;
+  auto& sm = *reinterpret_cast<Fa3Shared<Cfg, T>*>(smem_raw + pad);
+
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  const int tid = threadIdx.x % kWarpgroupThreads;
+  if (threadIdx.x == 0) {
+    sm90::prefetch_tensor_map(&params.tm_q);
+    sm90::prefetch_tensor_map(&params.tm_k);
+    sm90::prefetch_tensor_map(&params.tm_v);
+    sm90::mbar_init(&sm.q_full, 1);
+    sm90::mbar_init(&sm.q_empty, Cfg::kConsumerWarpgroups);
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      sm90::mbar_init(&sm.k_full[s], 1);
+      sm90::mbar_init(&sm.v_full[s], 1);
+      sm90::mbar_init(&sm.k_empty[s], Cfg::kConsumerWarpgroups);
+      sm90::mbar_init(&sm.v_empty[s], Cfg::kConsumerWarpgroups);
+    }
+    sm90::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if constexpr (Cfg::kWarpSpecialized) {
+    if (warpgroup == 0) {
+      sm90::setmaxnreg_dec<Cfg::kProducerRegs>();
+      if (tid == 0) producer_loop(sm, params);
+      return;
+    }
+    sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
+    Consumer<Cfg, T>{sm, params, warpgroup - 1, tid, 0, 0, false}.run();
+  } else {
+    Consumer<Cfg, T>{sm, params, warpgroup, tid, 0, 0, warpgroup == 0 && tid == 0}.run();
+  }
+#endif
+}
+
+}  // namespace flashattn::cuda::fa3

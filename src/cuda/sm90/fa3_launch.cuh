@@ -1,0 +1,92 @@
+// Launch of one fa3 forward kernel: tensor maps, persistent grid, shared-memory opt-in.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/launch.h"
+#include "cuda/sm90/fa3_fwd_kernel.cuh"
+
+namespace flashattn::cuda::fa3 {
+
+constexpr int kSm90SmemPerBlock = 227 * 1024;  // opt-in dynamic shared memory per CTA on sm_90
+
+// Fills the three tensor maps; defined in fa3_fwd.cu (one driver entry point, looked up once).
+Status make_tensor_maps(const detail::Problem& p, int block_m, int block_n, Fa3Params* params);
+
+// Key-block width per head dim, and whether the problem has masked blocks (causal or a window), for
+// which narrower key blocks waste less work on the diagonal. Wider blocks spread each block's fixed costs
+// (barriers, row statistics, O rescale) over more keys, as far as the registers allow: a consumer thread
+// holds S (kBlockN / 2), P (kBlockN / 4) and O (head_dim / 2) registers.
+constexpr int fa3_block_n(int head_dim, bool masked) {
+  return head_dim == 256 ? 64 : (head_dim == 128 && !masked ? 176 : 128);
+}
+
+// Scores per 8 whose exp2 runs as a polynomial on the FMA pipe instead of MUFU. Off: on the H200 moving
+// 3 of 8 to the FMA pipe made head dim 64 slower (382 -> 331 TFLOP/s at N 2048), so the softmax there is
+// not bound by MUFU but by the instructions issued around it.
+constexpr int fa3_poly_exp2_per8(int) { return 0; }
+
+// Consumer warpgroups per CTA: at head dim 64 a block's GEMMs are short next to its softmax, so three
+// consumers (192-row tiles) keep the tensor cores busy while two of them run softmax.
+constexpr int fa3_consumers(int head_dim) { return head_dim == 64 ? 3 : 2; }
+
+template <int kHeadDim, bool kMasked, bool kWs = true, bool kPing = true, bool kOverlap = true>
+using ConfigFor = Fa3Config<kHeadDim, fa3_consumers(kHeadDim), fa3_block_n(kHeadDim, kMasked), 2, kWs, kPing,
+                            kOverlap, fa3_poly_exp2_per8(kHeadDim)>;
+
+template <typename Cfg, typename T>
+Status launch_config(const detail::Problem& prob, const Context& ctx) {
+  Fa3Params params{};
+  params.attn = make_params(prob);
+  Status s = make_tensor_maps(prob, Cfg::kBlockM, Cfg::kBlockN, &params);
+  if (!s.ok()) return s;
+  params.num_m_blocks = int((prob.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM);
+  params.num_tiles = params.num_m_blocks * int(prob.batch * prob.heads_q);
+  if (params.num_tiles == 0) return Status::Ok();
+  auto* kernel = fa3_fwd_kernel<Cfg, T>;
+  constexpr int kSmem = fa3_smem_bytes<Cfg, T>();
+  static_assert(kSmem <= kSm90SmemPerBlock, "the tiles do not fit in an H100/H200 CTA's shared memory");
+  FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  // Persistent: one CTA per SM (the register split needs the whole register file), never more CTAs than tiles.
+  const int grid = params.num_tiles < ctx.sm_count ? params.num_tiles : ctx.sm_count;
+  kernel<<<grid, Cfg::kThreads, kSmem, ctx.stream>>>(params);
+  FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa3_fwd_kernel");
+  return Status::Ok();
+}
+
+inline bool has_masked_blocks(const detail::Problem& p) {
+  return p.causal || p.window_left >= 0 || p.window_right >= 0;
+}
+
+// The full kernel for a problem, with the key-block width its mask calls for.
+template <int kHeadDim, typename T>
+Status launch_full(const detail::Problem& prob, const Context& ctx) {
+  if (has_masked_blocks(prob)) return launch_config<ConfigFor<kHeadDim, true>, T>(prob, ctx);
+  return launch_config<ConfigFor<kHeadDim, false>, T>(prob, ctx);
+}
+
+// The ablation: one overlap compiled out, on the unmasked configuration (the benchmark's shape).
+template <int kHeadDim, typename T>
+Status launch_variant(const detail::Problem& prob, const Context& ctx, Fa3Variant variant) {
+  switch (variant) {
+    case Fa3Variant::kFull: return launch_full<kHeadDim, T>(prob, ctx);
+    case Fa3Variant::kNoWarpSpecialization:
+      return launch_config<ConfigFor<kHeadDim, false, false, false, true>, T>(prob, ctx);
+    case Fa3Variant::kNoPingPong: return launch_config<ConfigFor<kHeadDim, false, true, false, true>, T>(prob, ctx);
+    case Fa3Variant::kNoIntraWarpgroupOverlap:
+      return launch_config<ConfigFor<kHeadDim, false, true, true, false>, T>(prob, ctx);
+  }
+  return Status::Invalid("algorithm fa3: unknown kernel variant");
+}
+
+// One per head dim, each in its own translation unit (fa3_fwd_hd*.cu) so they compile in parallel. The
+// ablation variants are built for head dim 128 only (the benchmark's shape).
+Status launch_hd64(const detail::Problem& prob, const Context& ctx, Fa3Variant variant);
+Status launch_hd128(const detail::Problem& prob, const Context& ctx, Fa3Variant variant);
+Status launch_hd256(const detail::Problem& prob, const Context& ctx, Fa3Variant variant);
+
+}  // namespace flashattn::cuda::fa3

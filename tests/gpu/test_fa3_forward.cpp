@@ -1,0 +1,233 @@
+// What only the Hopper fa3 forward has, beyond the suite it shares with fa2 (test_forward_gpu.cpp):
+// small shapes for the sanitizers, bitwise-equal results over many runs of a multi-tile grid (a race
+// in the warp-specialized pipeline shows up as a run that differs), the choice `auto` makes on a
+// compute capability 9.0 device, and every ablation variant (forward_fa3_ablation) against the
+// float64 reference. Every test skips with a message on a device that is not compute capability 9.0.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/attention_case.h"
+#include "device_case.h"
+#include "flashattn/attention.h"
+#include "forward_check.h"
+#include "reference/harness.h"
+
+namespace {
+
+using flashattn::Algorithm;
+using flashattn::DType;
+using flashattn::Fa3Ablation;
+using flashattn::RunInfo;
+using flashattn::Status;
+using flashattn::StatusCode;
+using flashattn::testing::DeviceCase;
+using flashattn::testing::HostCase;
+using Case = flashattn::testing::CaseSpec;
+namespace harness = flashattn::harness;
+namespace fat = flashattn::testing;
+
+constexpr const char* kFa3Prefix = "fa3_fwd_sm90_";
+constexpr const char* kFa2Prefix = "fa2_fwd_sm80_";
+constexpr const char* kFa2BackwardPrefix = "fa2_bwd_sm80_";
+
+Case fa3_case(std::string name, DType dtype, int64_t d, int64_t sq, int64_t sk) {
+  return fat::forward_case(fat::fa3_algo(), std::move(name), dtype, d, sq, sk);
+}
+
+// Every feature once on shapes small enough for compute-sanitizer (scripts/gpu_check.sh runs this test
+// under memcheck and racecheck).
+TEST(Fa3Forward, SmallShapes) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  Case causal = fa3_case("small-causal", DType::kBFloat16, 128, 17, 17);
+  causal.batch = 2;
+  causal.heads_q = 4;
+  causal.heads_kv = 2;
+  causal.causal = true;
+  fat::check_forward_case(causal, kFa3Prefix);
+
+  Case gqa = fa3_case("small-gqa", DType::kFloat16, 64, 113, 203);
+  gqa.heads_q = 8;
+  gqa.heads_kv = 1;
+  fat::check_forward_case(gqa, kFa3Prefix);
+
+  Case empty_rows = fa3_case("small-empty-rows", DType::kBFloat16, 256, 64, 1);
+  empty_rows.causal = true;
+  fat::check_forward_case(empty_rows, kFa3Prefix);
+
+  Case varlen = fa3_case("small-varlen", DType::kBFloat16, 128, 0, 0);
+  varlen.lens_q = {17, 0, 130, 5};
+  varlen.lens_k = {33, 12, 0, 140};
+  varlen.causal = true;
+  fat::check_forward_case(varlen, kFa3Prefix);
+
+  Case window = fa3_case("small-window-softcap", DType::kFloat16, 64, 100, 150);
+  window.window_left = 20;
+  window.window_right = 3;
+  window.softcap = 5.0f;
+  window.scale = 0.5f;
+  window.layout = fat::Layout::kPadded;
+  fat::check_forward_case(window, kFa3Prefix);
+}
+
+// The same inputs give bitwise-equal out and lse in every run. The shape has several 128-row tiles per
+// SM (2 x 16 heads x 16 tiles on ~132 SMs), so the persistent scheduler, the producer/consumer barriers
+// and the ping-pong between warpgroups are all exercised; outputs are poisoned before every run, so an
+// element a run skips also differs. The first run is also checked against the reference on sampled rows:
+// equal garbage must not pass.
+TEST(Fa3Forward, HundredRunsBitwiseEqual) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  constexpr int kRuns = 100;
+  constexpr int kSampleRows = 8;
+  constexpr int kPoisonByte = 0xFF;  // all-ones is NaN in bf16 and fp32
+  for (bool causal : {false, true}) {
+    Case c = fa3_case("race", DType::kBFloat16, 128, 2048, 2048);
+    c.batch = 2;
+    c.heads_q = c.heads_kv = 16;
+    c.causal = causal;
+    const uint64_t seed = fat::next_forward_seed();
+    SCOPED_TRACE(c.name() + " seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    HostCase h(c, rng);
+    DeviceCase d(h);
+    std::vector<uint8_t> first_out, first_lse;
+    for (int run = 0; run < kRuns; ++run) {
+      ASSERT_EQ(cudaMemset(d.out.view().data, kPoisonByte, h.out.storage.size()), cudaSuccess);
+      ASSERT_EQ(cudaMemset(d.lse.view().data, kPoisonByte, h.lse.storage.size()), cudaSuccess);
+      RunInfo info;
+      const Status s = flashattn::forward(d.forward_args(), &info);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      d.download_forward(&h);
+      if (run == 0) {
+        fat::expect_kernel(info, kFa3Prefix);
+        ASSERT_NO_FATAL_FAILURE(fat::expect_sampled_rows_match(h, kSampleRows, rng, info.kernel));
+        first_out = h.out.storage;
+        first_lse = h.lse.storage;
+        continue;
+      }
+      ASSERT_EQ(h.out.storage, first_out) << "out differs from run 0 in run " << run;
+      ASSERT_EQ(h.lse.storage, first_lse) << "lse differs from run 0 in run " << run;
+    }
+    std::cout << "  " << c.name() << ": " << kRuns << " runs bitwise equal\n";
+  }
+}
+
+// `auto` tries fa3 first on a compute capability 9.0 device and falls to fa2 for what fa3 refuses.
+TEST(Fa3Forward, AutoPicksFa3WhereItRuns) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  auto expect_auto = [](Case c, Algorithm expected, const char* prefix) {
+    c.algorithm = Algorithm::kAuto;
+    SCOPED_TRACE(c.name());
+    std::mt19937_64 rng(fat::next_forward_seed());
+    HostCase h(c, rng);
+    RunInfo info;
+    const Status s = flashattn::check_supported(DeviceCase(h).forward_args(), &info);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(info.algorithm, expected) << to_string(info.algorithm) << " " << info.kernel;
+    fat::check_forward_case(c, prefix);
+  };
+  expect_auto(fa3_case("auto-bf16-d128", DType::kBFloat16, 128, 200, 200), Algorithm::kFA3, kFa3Prefix);
+  Case causal = fa3_case("auto-fp16-d64", DType::kFloat16, 64, 150, 300);
+  causal.causal = true;
+  expect_auto(causal, Algorithm::kFA3, kFa3Prefix);
+  expect_auto(fa3_case("auto-bf16-d96", DType::kBFloat16, 96, 200, 200), Algorithm::kFA2, kFa2Prefix);
+  Case negative = fa3_case("auto-negative-scale", DType::kBFloat16, 128, 100, 100);
+  negative.scale = -0.2f;
+  expect_auto(negative, Algorithm::kFA2, kFa2Prefix);
+
+  // fa3 has no backward: `auto` runs the backward on fa2.
+  Case bwd = fa3_case("auto-backward", DType::kBFloat16, 128, 64, 64);
+  bwd.algorithm = Algorithm::kAuto;
+  bwd.with_backward = true;
+  std::mt19937_64 rng(fat::next_forward_seed());
+  HostCase h(bwd, rng);
+  RunInfo info;
+  const Status s = flashattn::check_supported(DeviceCase(h).backward_args(), &info);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(info.algorithm, Algorithm::kFA2);
+  fat::expect_kernel(info, kFa2BackwardPrefix);
+}
+
+constexpr Fa3Ablation kVariants[] = {Fa3Ablation::kFull, Fa3Ablation::kNoWarpSpecialization,
+                                     Fa3Ablation::kNoPingPong, Fa3Ablation::kNoIntraWarpgroupOverlap};
+
+// Every ablation variant computes the same attention: each against the reference on causal,
+// non-causal, GQA and varlen shapes, with the kernel name saying which variant ran. The variants are
+// built for head dim 128 (the ablation's shape).
+TEST(Fa3Forward, AblationVariantsMatchReference) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  std::vector<Case> shapes;
+  Case causal = fa3_case("ablation-causal", DType::kBFloat16, 128, 300, 300);
+  causal.batch = 2;
+  causal.causal = true;
+  shapes.push_back(causal);
+  shapes.push_back(fa3_case("ablation-noncausal", DType::kFloat16, 128, 257, 513));
+  Case gqa = fa3_case("ablation-gqa", DType::kBFloat16, 128, 301, 301);
+  gqa.heads_q = 16;
+  gqa.heads_kv = 2;
+  shapes.push_back(gqa);
+  Case varlen = fa3_case("ablation-varlen", DType::kBFloat16, 128, 0, 0);
+  varlen.lens_q = {17, 0, 200, 64};
+  varlen.lens_k = {33, 12, 260, 0};
+  varlen.heads_q = 4;
+  varlen.heads_kv = 2;
+  varlen.causal = true;
+  shapes.push_back(varlen);
+
+  for (Fa3Ablation v : kVariants) {
+    SCOPED_TRACE(std::string("variant ") + to_string(v));
+    const fat::ForwardCall call = [v](const flashattn::AttentionArgs& a, RunInfo* info) {
+      const Status s = flashattn::forward_fa3_ablation(a, v, info);
+      const std::string suffix = std::string("_") + to_string(v);
+      const std::string& kernel = info->kernel;
+      const bool named = kernel.size() > suffix.size() &&
+                         kernel.compare(kernel.size() - suffix.size(), suffix.size(), suffix) == 0;
+      if (s.ok() && v != Fa3Ablation::kFull) EXPECT_TRUE(named) << kernel << " does not end with " << suffix;
+      if (s.ok()) EXPECT_EQ(info->algorithm, Algorithm::kFA3);
+      return s;
+    };
+    for (const Case& c : shapes) fat::check_forward_case(c, kFa3Prefix, call);
+  }
+}
+
+// The ablation entry refuses what fa3 refuses (NotSupported) and other algorithms (InvalidArgument).
+TEST(Fa3Forward, AblationRefusals) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  auto status_of = [](Case c) {
+    c.with_lse = false;
+    std::mt19937_64 rng(fat::next_forward_seed());
+    HostCase h(c, rng);
+    DeviceCase d(h);
+    const Status s = flashattn::forward_fa3_ablation(d.forward_args(), Fa3Ablation::kNoPingPong);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    // A refusal writes nothing: out keeps its poison.
+    d.download_forward(&h);
+    if (!s.ok()) EXPECT_EQ(harness::count_nan(h.out), h.out.numel()) << "a refused call wrote out";
+    return s;
+  };
+  Status s = status_of(fa3_case("ablation-d96", DType::kBFloat16, 96, 64, 64));
+  EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
+  EXPECT_NE(s.message().find("fa3"), std::string::npos) << s.message();
+  // The variants exist for head dim 128 only; the full kernel runs every head dim.
+  s = status_of(fa3_case("ablation-d64", DType::kBFloat16, 64, 64, 64));
+  EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
+  EXPECT_NE(s.message().find("head_dim 128"), std::string::npos) << s.message();
+
+  Case fa2 = fa3_case("ablation-algo-fa2", DType::kBFloat16, 128, 64, 64);
+  fa2.algorithm = Algorithm::kFA2;
+  s = status_of(fa2);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+
+  Case autoalgo = fa3_case("ablation-algo-auto", DType::kBFloat16, 128, 64, 64);
+  autoalgo.algorithm = Algorithm::kAuto;
+  s = status_of(autoalgo);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+}  // namespace

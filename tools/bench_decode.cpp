@@ -1,0 +1,335 @@
+// `flashattn bench --gpu --decode`: the KV-cache (decode) kernels' bandwidth on one GPU, beside the device
+// copy rate measured in the same run.
+//
+// Shapes: GQA with 32 query heads over 8 KV heads, head_dim 128, bf16, one query token per sequence, full
+// caches (no appended tokens), (batch, seqlen_k) in kShapes, each with a contiguous cache and with a paged
+// one (page size 16, the pages of every sequence in shuffled order). Bytes: K and V read once,
+// 2 * batch * seqlen_k * heads_kv * head_dim * 2.
+//
+// Timing. A forward_kvcache call validates its index tensors on the host (a device-to-host copy and a stream
+// synchronization) before it launches, so back-to-back calls leave the GPU idle between kernels. The
+// kernel rate ("kernel" columns) is therefore measured through the backend entry point on a problem
+// validated once: kCallsPerTiming calls are queued between two CUDA events (the host runs ahead, so the
+// GPU never waits for it) and the time divided by the count. The "api" columns time single
+// forward_kvcache calls, validation included. K and V are 512 MiB buffers each, viewed as one cache per
+// shape; smaller shapes rotate over several disjoint caches so that consecutive calls never find their
+// keys in L2 (50 MB on an H100/H200).
+#include <algorithm>
+#include <initializer_list>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef FLASHATTN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "api/backend.h"
+#include "api/kvcache_problem.h"
+#include "bench.h"
+#include "cli_args.h"
+#include "cli_common.h"
+#include "core/numeric.h"
+#include "device_buffers.h"
+#include "flashattn/kvcache.h"
+#include "json_writer.h"
+
+namespace flashattn::cli {
+namespace {
+
+struct DecodeShape {
+  int64_t batch, seqlen_k;
+};
+constexpr DecodeShape kShapes[] = {{1, 32768}, {1, 131072}, {16, 8192}, {64, 4096}};
+constexpr int64_t kHeadsQ = 32;
+constexpr int64_t kHeadsKV = 8;
+constexpr int64_t kHeadDim = 128;
+constexpr int64_t kSeqlenQ = 1;
+constexpr int64_t kPageSize = 16;
+constexpr DType kDtype = DType::kBFloat16;
+constexpr int64_t kElemBytes = 2;
+// Tokens of the K (and V) buffer: the largest shape's batch x seqlen_k (512 MiB in bf16).
+constexpr int64_t kCacheTokens = 64 * 4096;
+constexpr int64_t kMaxBatch = 64;
+constexpr int kCallsPerTiming = 20;
+constexpr int kDefaultRepeat = 10;
+constexpr int kDefaultWarmup = 3;
+constexpr uint64_t kSeed = 1;
+constexpr double kMsPerSecond = 1e3;
+constexpr double kBytesPerTera = 1e12;
+constexpr double kUsPerMs = 1e3;
+
+int64_t row_elems() { return kHeadsKV * kHeadDim; }
+
+struct DecodeRow {
+  int64_t batch = 0, seqlen_k = 0;
+  bool paged = false;
+  int copies = 0;  // disjoint caches the timed calls rotate over
+  double bytes = 0;
+  double ms = 0, tbps = 0;          // kernel rate: queued calls through the backend entry point
+  double api_ms = 0, api_tbps = 0;  // forward_kvcache, validation included
+  std::string kernel;
+  std::string error;
+};
+
+// The device buffers every shape views: K, V, q, out, and the index tensors of every cache copy.
+struct DecodeBuffers {
+  DeviceAllocation k, v, q, out, seqlens, tables;
+
+  Status allocate() {
+    const size_t cache_bytes = size_t(kCacheTokens * row_elems() * kElemBytes);
+    const size_t qo_bytes = size_t(kMaxBatch * kSeqlenQ * kHeadsQ * kHeadDim * kElemBytes);
+    for (auto [a, bytes] : {std::pair{&k, cache_bytes}, {&v, cache_bytes}, {&q, qo_bytes}, {&out, qo_bytes},
+                            {&seqlens, size_t(kMaxBatch) * sizeof(int32_t)},
+                            {&tables, size_t(kCacheTokens / kPageSize) * sizeof(int32_t)}}) {
+      Status s = a->allocate(bytes, 0);
+      if (!s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+
+  // Random bf16 in [-1, 1] for q, K and V (in chunks, to keep the host buffer small).
+  Status fill() {
+    std::mt19937_64 rng(kSeed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    constexpr size_t kChunk = size_t(1) << 24;
+    std::vector<uint16_t> host(kChunk);
+    for (DeviceAllocation* a : {&q, &k, &v}) {
+      const size_t elems = a->bytes() / sizeof(uint16_t);
+      for (size_t off = 0; off < elems; off += kChunk) {
+        const size_t n = std::min(kChunk, elems - off);
+        for (size_t i = 0; i < n; ++i) host[i] = core::float_to_bf16_bits(dist(rng));
+        Status s = copy_to_device(static_cast<uint16_t*>(a->data()) + off, host.data(), n * sizeof(uint16_t));
+        if (!s.ok()) return s;
+      }
+    }
+    return Status::Ok();
+  }
+
+  static Status copy_to_device(void* dst, const void* src, size_t bytes) {
+#ifdef FLASHATTN_WITH_CUDA
+    if (cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+      cudaGetLastError();
+      return Status::Runtime("cudaMemcpy H2D failed");
+    }
+    return Status::Ok();
+#else
+    (void)dst, (void)src, (void)bytes;
+    return Status::NotSupported("this build of the flashattn CLI has no CUDA runtime");
+#endif
+  }
+
+  // Writes the lengths and, for a paged layout, one block table per copy: copy c owns pages
+  // [c * pages, (c + 1) * pages) of the buffer, dealt to its sequences in a shuffled order.
+  Status write_indices(const DecodeShape& shape, int copies, bool paged) {
+    std::vector<int32_t> lens(size_t(shape.batch), int32_t(shape.seqlen_k));
+    Status s = copy_to_device(seqlens.data(), lens.data(), lens.size() * sizeof(int32_t));
+    if (!s.ok() || !paged) return s;
+    const int64_t pages = shape.batch * shape.seqlen_k / kPageSize;
+    std::vector<int32_t> table(size_t(pages * copies));
+    std::mt19937_64 rng(kSeed);
+    for (int c = 0; c < copies; ++c) {
+      auto first = table.begin() + c * pages;
+      std::iota(first, first + pages, int32_t(c * pages));
+      std::shuffle(first, first + pages, rng);
+    }
+    return copy_to_device(tables.data(), table.data(), table.size() * sizeof(int32_t));
+  }
+
+  // The call on copy `c` of `shape`'s caches.
+  KVCacheArgs args(const DecodeShape& shape, bool paged, int c) const {
+    const int64_t tokens = shape.batch * shape.seqlen_k;
+    auto on_device = [](void* p, DType t, std::initializer_list<int64_t> dims) {
+      return TensorView::contiguous(p, t, dims, Device::kCUDA, 0);
+    };
+    uint16_t* k0 = static_cast<uint16_t*>(k.data()) + c * tokens * row_elems();
+    uint16_t* v0 = static_cast<uint16_t*>(v.data()) + c * tokens * row_elems();
+    KVCacheArgs a;
+    a.q = on_device(q.data(), kDtype, {shape.batch, kSeqlenQ, kHeadsQ, kHeadDim});
+    a.out = on_device(out.data(), kDtype, {shape.batch, kSeqlenQ, kHeadsQ, kHeadDim});
+    a.cache_seqlens = on_device(seqlens.data(), DType::kInt32, {shape.batch});
+    if (paged) {
+      // Every copy's pages are numbered from the buffer's start; the table rows of copy c follow copy c - 1's.
+      const int64_t pages_per_seq = shape.seqlen_k / kPageSize;
+      const int64_t all_pages = kCacheTokens / kPageSize;
+      a.k_cache = on_device(k.data(), kDtype, {all_pages, kPageSize, kHeadsKV, kHeadDim});
+      a.v_cache = on_device(v.data(), kDtype, {all_pages, kPageSize, kHeadsKV, kHeadDim});
+      a.block_table = on_device(static_cast<int32_t*>(tables.data()) + c * shape.batch * pages_per_seq,
+                                DType::kInt32, {shape.batch, pages_per_seq});
+    } else {
+      a.k_cache = on_device(k0, kDtype, {shape.batch, shape.seqlen_k, kHeadsKV, kHeadDim});
+      a.v_cache = on_device(v0, kDtype, {shape.batch, shape.seqlen_k, kHeadsKV, kHeadDim});
+    }
+    a.backend = Backend::kCUDA;
+    return a;
+  }
+};
+
+// The device copy ceiling: one buffer copied into the other (bytes read + written over time).
+Status copy_ceiling(const DecodeBuffers& b, int warmup, int repeat, double* tbps) {
+#ifdef FLASHATTN_WITH_CUDA
+  std::vector<double> times;
+  Status s = time_calls(/*on_gpu=*/true, warmup, repeat, [&] {
+    if (cudaMemcpyAsync(b.v.data(), b.k.data(), b.k.bytes(), cudaMemcpyDeviceToDevice, nullptr) != cudaSuccess) {
+      cudaGetLastError();
+      return Status::Runtime("cudaMemcpyAsync D2D failed");
+    }
+    return Status::Ok();
+  }, &times);
+  if (s.ok()) *tbps = 2.0 * double(b.k.bytes()) / (median(times) / kMsPerSecond) / kBytesPerTera;
+  return s;
+#else
+  (void)b, (void)warmup, (void)repeat, (void)tbps;
+  return Status::NotSupported("this build of the flashattn CLI has no CUDA runtime");
+#endif
+}
+
+Status measure(DecodeBuffers& buf, const DecodeShape& shape, bool paged, int warmup, int repeat, DecodeRow* r) {
+  const int64_t tokens = shape.batch * shape.seqlen_k;
+  r->batch = shape.batch;
+  r->seqlen_k = shape.seqlen_k;
+  r->paged = paged;
+  r->copies = int(std::max<int64_t>(1, kCacheTokens / tokens));
+  r->bytes = 2.0 * double(tokens * row_elems() * kElemBytes);
+  Status s = buf.write_indices(shape, r->copies, paged);
+  if (!s.ok()) return s;
+
+  // Validated once per copy; then only the backend runs.
+  std::vector<detail::KVCacheProblem> problems(size_t(r->copies));
+  for (int c = 0; c < r->copies; ++c) {
+    s = detail::make_kvcache_problem(buf.args(shape, paged, c), &problems[size_t(c)]);
+    if (!s.ok()) return s;
+  }
+  RunInfo info;
+  int next = 0;
+  auto queued = [&] {
+    for (int i = 0; i < kCallsPerTiming; ++i) {
+      Status st = detail::cuda_forward_kvcache(problems[size_t(next)], &info);
+      next = (next + 1) % r->copies;
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  };
+  std::vector<double> times;
+  s = time_calls(/*on_gpu=*/true, warmup, repeat, queued, &times);
+  if (!s.ok()) return s;
+  r->ms = median(times) / kCallsPerTiming;
+  r->tbps = r->bytes / (r->ms / kMsPerSecond) / kBytesPerTera;
+  r->kernel = info.kernel;
+
+  s = time_calls(/*on_gpu=*/true, warmup, repeat, [&] {
+    const KVCacheArgs a = buf.args(shape, paged, next);
+    next = (next + 1) % r->copies;
+    return forward_kvcache(a);
+  }, &times);
+  if (!s.ok()) return s;
+  r->api_ms = median(times);
+  r->api_tbps = r->bytes / (r->api_ms / kMsPerSecond) / kBytesPerTera;
+  return Status::Ok();
+}
+
+}  // namespace
+
+int bench_decode(const BenchOptions& o) {
+  if (!gpu_present()) {
+    std::fprintf(stderr, "flashattn bench: --decode: %s\n",
+                 cuda_built() ? "no CUDA device is present" : "this build of flashattn has no CUDA kernels");
+    return kExitFailure;
+  }
+  const std::vector<GpuInfo> gpus = list_gpus();
+  const int repeat = o.repeat > 0 ? o.repeat : kDefaultRepeat;
+  const int warmup = o.warmup >= 0 ? o.warmup : kDefaultWarmup;
+
+  Progress progress("bench");
+  DecodeBuffers buf;
+  double copy_tbps = 0;
+  progress.phase("allocating 2 x 512 MiB of bf16 caches, measuring the device copy rate");
+  Status s = buf.allocate();
+  // The ceiling first: the copy overwrites V with K, and the fill below makes them differ again.
+  if (s.ok()) s = copy_ceiling(buf, warmup, repeat, &copy_tbps);
+  progress.done();
+  if (s.ok()) {
+    progress.phase("filling the caches with random bf16");
+    s = buf.fill();
+    progress.done();
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "flashattn bench: %s\n", s.to_string().c_str());
+    return kExitFailure;
+  }
+
+  std::printf("gpu: %s, driver %s; bf16, %lld q heads / %lld kv heads, head_dim %lld, seqlen_q %lld; median of %d "
+              "runs after %d warm-up\n",
+              gpus.front().name.c_str(), driver_version().c_str(), (long long)kHeadsQ, (long long)kHeadsKV,
+              (long long)kHeadDim, (long long)kSeqlenQ, repeat, warmup);
+  std::printf("device copy ceiling: %.2f TB/s (%.0f MiB read and written)\n", copy_tbps,
+              double(buf.k.bytes()) / (1024.0 * 1024.0));
+  std::printf("%3s %7s %-10s %8s %9s %7s %8s %9s %8s  %s\n", "b", "seqlen", "layout", "MB", "us", "TB/s", "of copy",
+              "api us", "api TB/s", "kernel");
+  std::vector<DecodeRow> rows;
+  int errors = 0;
+  for (const DecodeShape& shape : kShapes) {
+    for (bool paged : {false, true}) {
+      DecodeRow r;
+      progress.phase("decode b " + std::to_string(shape.batch) + " seqlen_k " + std::to_string(shape.seqlen_k) +
+                     (paged ? " paged" : " contiguous"));
+      s = measure(buf, shape, paged, warmup, repeat, &r);
+      progress.done();
+      const std::string layout = paged ? "paged" + std::to_string(kPageSize) : "contiguous";
+      if (!s.ok()) {
+        ++errors;
+        r.error = s.to_string();
+        std::printf("%3lld %7lld %-10s  error: %s\n", (long long)shape.batch, (long long)shape.seqlen_k,
+                    layout.c_str(), r.error.c_str());
+      } else {
+        std::printf("%3lld %7lld %-10s %8.1f %9.1f %7.2f %7.0f%% %9.1f %8.2f  %s\n", (long long)r.batch,
+                    (long long)r.seqlen_k, layout.c_str(), r.bytes / 1e6, r.ms * kUsPerMs, r.tbps,
+                    copy_tbps > 0 ? 100.0 * r.tbps / copy_tbps : 0.0, r.api_ms * kUsPerMs, r.api_tbps,
+                    r.kernel.c_str());
+      }
+      std::fflush(stdout);
+      rows.push_back(r);
+    }
+  }
+
+  if (!o.json_path.empty()) {
+    JsonWriter j;
+    j.begin_object().field("benchmark", "gpu_decode").field("commit", commit_id()).field("date", utc_timestamp());
+    j.key("gpu").begin_object().field("name", gpus.front().name).field("driver", driver_version());
+    j.field("compute_capability", std::to_string(gpus.front().cc_major) + "." + std::to_string(gpus.front().cc_minor));
+    j.field("sm_count", gpus.front().sm_count).field("cuda_runtime", gpus.front().runtime_version).end_object();
+    j.field("version", version()).field("dtype", to_string(kDtype));
+    j.field("heads_q", kHeadsQ).field("heads_kv", kHeadsKV).field("head_dim", kHeadDim).field("seqlen_q", kSeqlenQ);
+    j.field("page_size", kPageSize).field("repeat", repeat).field("warmup", warmup);
+    j.field("calls_per_timing", kCallsPerTiming);
+    j.field("bytes", "K and V read once: 2 * b * seqlen_k * heads_kv * head_dim * 2");
+    j.field("timing", "kernel: calls queued back to back through the backend on a validated problem; api: single "
+                      "forward_kvcache calls, index validation included");
+    j.key("ceil").begin_object().field("copy_TBps", copy_tbps).field("copy_bytes", int64_t(buf.k.bytes()));
+    j.end_object();
+    j.key("rows").begin_array();
+    for (const DecodeRow& r : rows) {
+      j.begin_object().field("b", r.batch).field("seqlen_k", r.seqlen_k);
+      j.field("layout", r.paged ? "paged" : "contiguous").field("page_size", r.paged ? kPageSize : int64_t(0));
+      j.field("rotated_caches", r.copies).field("bytes", r.bytes);
+      if (r.error.empty()) {
+        j.field("ms", r.ms).field("TBps", r.tbps).field("fraction_of_copy", copy_tbps > 0 ? r.tbps / copy_tbps : 0.0);
+        j.field("api_ms", r.api_ms).field("api_TBps", r.api_tbps).field("kernel", r.kernel);
+      } else {
+        j.field("error", r.error);
+      }
+      j.end_object();
+    }
+    j.end_array().end_object();
+    std::string error;
+    if (!write_output(o.json_path, j.str() + "\n", &error)) {
+      std::fprintf(stderr, "flashattn bench: %s\n", error.c_str());
+      return kExitFailure;
+    }
+  }
+  return errors == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace flashattn::cli
