@@ -5,8 +5,7 @@
 // tile, raises its register budget and runs S = Q K^T (wgmma, both operands in shared memory), the
 // online softmax and O += P V (wgmma, P from registers, V from shared memory), fp32 accumulators.
 //
-// Pipeline. Q has one buffer (q_full / q_empty), handed back as soon as a tile's last Q K^T completes;
-// K and V rotate through kStages buffers each with their own full/empty mbarriers, so Q K^T of a block can
+// Pipeline. Q has one buffer (q_full / q_empty), which also stages O in the epilogue; K and V rotate through kStages buffers each with their own full/empty mbarriers, so Q K^T of a block can
 // start before its V has landed. Block counters run on across tiles: the stage of the i-th block a CTA
 // ever handles is i % kStages and its phase (i / kStages) & 1. Consumers wait `full` with that parity; the
 // producer waits `empty` with the opposite parity (a fresh barrier counts as having completed the phase
@@ -43,7 +42,7 @@ namespace flashattn::cuda::fa3 {
 using sm90::kWarpgroupThreads;
 
 // Named barrier ids: 1, 2, 3 for the ping-pong turn of consumers 0, 1, 2; 4, 5, 6 for each consumer's own
-// epilogue staging tile (0 is __syncthreads).
+// epilogue (0 is __syncthreads).
 constexpr int kTurnBarrier = 1;
 constexpr int kEpilogueBarrier = 4;
 // Threads that meet at a turn barrier: the warpgroup taking its turn and the one handing it over.
@@ -93,7 +92,7 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
 
 template <typename Cfg, typename T>
 __device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p, const TileWork& w, int q_iter) {
-  // Hazard: every consumer's last Q K^T of the previous tile must have completed.
+  // Hazard: the Q buffer also stages O; wait until every consumer has copied the last tile's O out.
   sm90::mbar_wait(&sm.q_empty, (q_iter & 1) ^ 1);
   sm90::mbar_arrive_expect_tx(&sm.q_full, Cfg::kQBytes);
 #pragma unroll
@@ -443,10 +442,11 @@ struct Consumer {
     }
   }
 
-  // O / l and LSE. O goes out through this warpgroup's own staging tile, one 64-column block at a time:
-  // registers -> swizzled shared memory (conflict-free 4-byte stores) -> 16-byte coalesced global stores.
+  // O / l through the warpgroup's own rows of the Q buffer, then 16-byte coalesced stores; LSE.
   __device__ void epilogue(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w) {
     const AttnParams& a = p.attn;
+    // Hazard: every warp of this warpgroup must be done with its last Q K^T (which reads these rows of Q).
+    sm90::named_sync(kEpilogueBarrier + wg, kWarpgroupThreads);
     float inv[2];
     float* lse = static_cast<float*>(a.lse.ptr);
 #pragma unroll
@@ -460,37 +460,31 @@ struct Consumer {
             sum > 0.0f ? (st.row_max[h] * sp.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
       }
     }
-    unsigned char* stage = reinterpret_cast<unsigned char*>(sm.o_stage[wg]);
-    const int r0 = local_row0() - wg * Cfg::kRowsPerWarpgroup;  // row inside this warpgroup's 64
-    T* out = static_cast<T*>(a.out.ptr) + w.batch * a.out.batch_stride + w.head * a.out.head_stride +
-             (int64_t(a.q_offset(w.batch)) + w.row_begin + wg * Cfg::kRowsPerWarpgroup) * a.out.row_stride;
-    const int rows_left = w.len_q - w.row_begin - wg * Cfg::kRowsPerWarpgroup;
-    constexpr int kBlockRegs = sm90::kSwizzleElems / 2;  // accumulator registers per 64-column block
-    constexpr int kChunks = sm90::kSwizzleElems / 8;     // 16-byte chunks per staged row
+    unsigned char* sq = reinterpret_cast<unsigned char*>(sm.q);
+    const int r0 = local_row0();
 #pragma unroll
-    for (int c = 0; c < Cfg::kColBlocks; ++c) {
-      // Hazard: every warp's reads of the staging tile (previous column block, or the previous tile's
-      // epilogue) must be done before it is overwritten.
-      sm90::named_sync(kEpilogueBarrier + wg, kWarpgroupThreads);
-#pragma unroll
-      for (int j = 0; j < kBlockRegs; j += 2) {
-        const int i = c * kBlockRegs + j;
-        const int row = r0 + 8 * acc_half(i);
-        const int col = acc_col(j) + 2 * quad();
-        *reinterpret_cast<uint32_t*>(stage + swizzled_offset(row, col, Cfg::kRowsPerWarpgroup)) =
-            pack2<T>(st.o[i] * inv[acc_half(i)], st.o[i + 1] * inv[acc_half(i)]);
-      }
-      sm90::named_sync(kEpilogueBarrier + wg, kWarpgroupThreads);
-#pragma unroll
-      for (int k = 0; k < Cfg::kRowsPerWarpgroup * kChunks / kWarpgroupThreads; ++k) {
-        const int idx = tid + k * kWarpgroupThreads;
-        const int row = idx / kChunks;
-        const int col = (idx % kChunks) * 8;
-        if (row < rows_left)
-          *reinterpret_cast<uint4*>(out + int64_t(row) * a.out.row_stride + c * sm90::kSwizzleElems + col) =
-              *reinterpret_cast<const uint4*>(stage + swizzled_offset(row, col, Cfg::kRowsPerWarpgroup));
-      }
+    for (int i = 0; i < Cfg::kHeadDim / 2; i += 2) {
+      const int row = r0 + 8 * acc_half(i);
+      const int col = acc_col(i) + 2 * quad();
+      *reinterpret_cast<uint32_t*>(sq + swizzled_offset(row, col, Cfg::kBlockM)) =
+          pack2<T>(st.o[i] * inv[acc_half(i)], st.o[i + 1] * inv[acc_half(i)]);
     }
+    sm90::named_sync(kEpilogueBarrier + wg, kWarpgroupThreads);
+    constexpr int kChunks = Cfg::kHeadDim / 8;
+    T* out = static_cast<T*>(a.out.ptr) + w.batch * a.out.batch_stride + w.head * a.out.head_stride;
+#pragma unroll
+    for (int idx = tid; idx < Cfg::kRowsPerWarpgroup * kChunks; idx += kWarpgroupThreads) {
+      const int local = wg * Cfg::kRowsPerWarpgroup + idx / kChunks;
+      const int col = (idx % kChunks) * 8;
+      const int row = w.row_begin + local;
+      if (row < w.len_q)
+        *reinterpret_cast<uint4*>(out + (int64_t(a.q_offset(w.batch)) + row) * a.out.row_stride + col) =
+            *reinterpret_cast<const uint4*>(sq + swizzled_offset(local, col, Cfg::kBlockM));
+    }
+    // Hazard: the next tile's Q arrives by TMA (async proxy) into memory this thread just accessed with
+    // ordinary loads and stores; order them first, then release the buffer.
+    sm90::fence_proxy_async();
+    sm90::mbar_arrive(&sm.q_empty);
   }
 
   __device__ void run() {
@@ -543,9 +537,6 @@ struct Consumer {
       for (; n >= vis_lo; --n, ++idx) block<false>(st, sp, w, idx, base + idx);
       for (; n >= w.n_first; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
       drain(st, w, idx - 1, base + idx - 1);
-      // Every Q K^T of the tile has completed (drain waited for all wgmma): hand Q's buffer back now, so
-      // the next tile's Q loads while this epilogue runs.
-      if (tid == 0) sm90::mbar_arrive(&sm.q_empty);
       kv_iter = base + idx;
       ++q_iter;
       epilogue(st, sp, w);
@@ -571,7 +562,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_
     sm90::prefetch_tensor_map(&params.tm_k);
     sm90::prefetch_tensor_map(&params.tm_v);
     sm90::mbar_init(&sm.q_full, 1);
-    sm90::mbar_init(&sm.q_empty, Cfg::kConsumerWarpgroups);
+    sm90::mbar_init(&sm.q_empty, Cfg::kConsumerThreads);
     for (int s = 0; s < Cfg::kStages; ++s) {
       sm90::mbar_init(&sm.k_full[s], 1);
       sm90::mbar_init(&sm.v_full[s], 1);
