@@ -16,7 +16,8 @@
 # standard on the quick subset; quick: everything on the subset; full: everything on the whole sweep),
 # FLASHATTN_SANITIZER_FILTER, FLASHATTN_RACECHECK_FILTER, FLASHATTN_FA3_SANITIZER_FILTER (fa3 tests run
 # under both tools),
-# FLASHATTN_COMMIT (recorded in the results; taken from git when unset).
+# FLASHATTN_COMMIT (recorded in the results; taken from git when unset: set it where the checkout's git
+# metadata may not match the tree).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
