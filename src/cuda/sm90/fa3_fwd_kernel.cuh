@@ -307,7 +307,7 @@ template <typename Cfg, typename T>
 struct Consumer {
   Fa3Shared<Cfg, T>& sm;
   const Fa3Params& p;
-  int wg;   // consumer index, 0 or 1
+  int wg;   // consumer index, 0 .. kConsumerWarpgroups - 1
   int tid;  // thread in the warpgroup
   int q_iter = 0, kv_iter = 0;
   bool is_loader;  // without warp specialization: the thread that issues the loads
@@ -351,8 +351,8 @@ struct Consumer {
   }
 
   // The tile's first block (KV block n_last - 1, ring position `iter`): Q K^T only, its P V runs with the
-  // next block's Q K^T. It is always masked: it holds the causal diagonal or the end of the keys whenever
-  // any block does. Peeled from the loop so that every loop iteration has the same wgmma groups in flight
+  // next block's Q K^T. It always takes the per-element mask (correct for any block; the causal diagonal and
+  // the end of the keys fall in it whenever they fall in the tile). Peeled from the loop so that every loop iteration has the same wgmma groups in flight
   // (ptxas serializes wgmma when it cannot prove which group a register read waits for).
   __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int iter) {
     wait_k(iter);
