@@ -14,11 +14,11 @@ device copy ceiling and the ratios flashattn / peer, and writes the same kind of
 """
 
 import argparse
-import datetime
 import json
 import os
-import subprocess
 import sys
+
+from bench_common import head_commit, utc_date, write_json
 
 OUR_ALGOS = ("fa3", "fa2", "fa1", "standard")
 PEERS = ("flash", "cudnn")
@@ -39,14 +39,7 @@ def load(path):
 
 
 def commit(ours):
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return os.environ.get("FLASHATTN_COMMIT") or ours.get("commit") or "unknown"
+    return head_commit() or os.environ.get("FLASHATTN_COMMIT") or ours.get("commit") or "unknown"
 
 
 def key(row):
@@ -162,12 +155,9 @@ def decode_main(args, ours, peers):
         line += "".join(" " + fmt(e.get("ratio_" + p), "7.2f") for p in PEERS)
         print(line)
     if args.out:
-        merged = {"benchmark": "gpu_decode_compare", "commit": commit(ours), "gpu": gpu,
-                  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        merged = {"benchmark": "gpu_decode_compare", "commit": commit(ours), "gpu": gpu, "date": utc_date(),
                   "ceil": ceil, "table": table, "ours": ours, "peers": peers}
-        with open(args.out, "w") as f:
-            json.dump(merged, f, indent=1)
-            f.write("\n")
+        write_json(args.out, merged)
     return 0
 
 
@@ -185,7 +175,7 @@ def main(argv):
         "benchmark": "gpu_compare",
         "commit": commit(ours),
         "gpu": gpu,
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": utc_date(),
         "ceil": (peers or {}).get("ceil"),
         "table": table,
         "fa2_vs_standard": headline(table),
@@ -194,9 +184,7 @@ def main(argv):
     }
     print_report(merged)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(merged, f, indent=1)
-            f.write("\n")
+        write_json(args.out, merged)
     return 0
 
 

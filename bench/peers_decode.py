@@ -17,12 +17,12 @@ Exits 0 with a message when PyTorch or a CUDA device is missing: the peers are o
 """
 
 import argparse
-import datetime
-import json
 import os
 import statistics
-import subprocess
 import sys
+
+from bench_common import (BYTES_PER_TERA, MS_PER_S, copy_ceiling_tbps, head_commit, sdpa_backend_kinds,
+                          start_peer_result, torch_and_backends, write_json)
 
 SHAPES = ((1, 32768), (1, 131072), (16, 8192), (64, 4096))
 HEADS_Q = 32
@@ -33,8 +33,6 @@ ELEM_BYTES = 2  # bf16
 ROTATION_BYTES = 1 << 30  # K + V bytes the rotated copies of one shape add up to (far larger than L2)
 CALLS_PER_TIMING = 20
 COPY_BYTES = 1 << 30
-MS_PER_S = 1e3
-BYTES_PER_TERA = 1e12
 
 
 def parse_args(argv):
@@ -44,26 +42,6 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=3, help="untimed runs first")
     p.add_argument("--backends", default="flash,cudnn", help="comma list of: flash, cudnn")
     return p.parse_args(argv)
-
-
-def commit():
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
-        if out.returncode == 0 and out.stdout.strip():
-            return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return os.environ.get("FLASHATTN_COMMIT", "unknown")
-
-
-def driver_version():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def median_ms(torch, fn, warmup, repeat, calls):
@@ -83,20 +61,11 @@ def median_ms(torch, fn, warmup, repeat, calls):
     return statistics.median(times)
 
 
-def copy_ceiling(torch, args):
-    src = torch.empty(COPY_BYTES, device="cuda", dtype=torch.uint8)
-    dst = torch.empty_like(src)
-    ms = median_ms(torch, lambda: dst.copy_(src), args.warmup, args.repeat, 1)
-    del src, dst
-    torch.cuda.empty_cache()
-    return 2.0 * COPY_BYTES / (ms / MS_PER_S) / BYTES_PER_TERA
-
-
 def decode_rows(torch, args, backends, copy_tbps):
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
 
-    kinds = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    kinds = sdpa_backend_kinds()
     rows, skipped = [], []
     for b, n in SHAPES:
         kv_bytes = 2 * b * n * HEADS_KV * HEAD_DIM * ELEM_BYTES
@@ -154,43 +123,21 @@ def decode_rows(torch, args, backends, copy_tbps):
 
 def main(argv):
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("peers_decode: PyTorch is not installed; peer timings skipped")
-        return 0
-    if not torch.cuda.is_available():
-        print("peers_decode: no CUDA device visible to PyTorch; peer timings skipped")
-        return 0
-    backends = [b for b in args.backends.split(",") if b]
-    unknown = [b for b in backends if b not in ("flash", "cudnn")]
-    if unknown:
-        print(f"peers_decode: unknown backend(s) {unknown}; choose from flash, cudnn", file=sys.stderr)
-        return 2
-    props = torch.cuda.get_device_properties(0)
-    result = {
-        "benchmark": "peers_decode",
-        "commit": commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "gpu": {"name": props.name, "driver": driver_version(), "sm_count": props.multi_processor_count,
-                "compute_capability": f"{props.major}.{props.minor}"},
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version(),
+    torch, backends = torch_and_backends("peers_decode", args.backends)
+    commit = head_commit() or os.environ.get("FLASHATTN_COMMIT", "unknown")
+    result = start_peer_result(torch, "peers_decode", args, commit=commit)
+    result.update({
         "dtype": "bf16", "heads_q": HEADS_Q, "heads_kv": HEADS_KV, "head_dim": HEAD_DIM, "seqlen_q": SEQLEN_Q,
         "repeat": args.repeat, "warmup": args.warmup, "calls_per_timing": CALLS_PER_TIMING,
         "bytes": "K and V read once at heads_kv: 2 * b * seqlen_k * heads_kv * head_dim * 2",
-    }
-    print(f"peers_decode: {props.name}, torch {torch.__version__}; median of {args.repeat} after {args.warmup}",
-          flush=True)
-    copy_tbps = copy_ceiling(torch, args)
+    })
+    copy_tbps = copy_ceiling_tbps(torch, COPY_BYTES,
+                                  lambda fn: median_ms(torch, fn, args.warmup, args.repeat, calls=1))
     result["ceil"] = {"copy_TBps": copy_tbps, "copy_bytes": COPY_BYTES}
     print(f"device copy ceiling: {copy_tbps:.2f} TB/s", flush=True)
     result["rows"], result["skipped"] = decode_rows(torch, args, backends, copy_tbps)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 

@@ -11,11 +11,12 @@ Exits 0 with a message when PyTorch or a CUDA device is missing: the peers are o
 """
 
 import argparse
-import datetime
 import json
 import statistics
-import subprocess
 import sys
+
+from bench_common import (MS_PER_S, copy_ceiling_tbps, sdpa_backend_kinds, start_peer_result, torch_and_backends,
+                          write_json)
 
 TOKENS = 16384
 HIDDEN = 2048
@@ -27,7 +28,6 @@ BACKWARD_FLOP_FACTOR = 2.5
 CAUSAL_FLOP_FACTOR = 0.5
 GEMM_SIZE = 8192
 COPY_BYTES = 2 << 30  # 2 GiB source: far larger than L2
-MS_PER_S = 1e3
 
 
 def parse_args(argv):
@@ -61,15 +61,6 @@ def forward_flops(b, h, n, d, causal):
     return 4.0 * b * h * n * n * d * (CAUSAL_FLOP_FACTOR if causal else 1.0)
 
 
-def driver_version():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 class Timer:
     def __init__(self, torch, warmup, repeat):
         self.torch, self.warmup, self.repeat = torch, warmup, repeat
@@ -96,20 +87,15 @@ def ceilings(torch, timer):
     ms = timer.median_ms(lambda: torch.matmul(a, b, out=c))
     gemm = 2.0 * GEMM_SIZE ** 3 / (ms / MS_PER_S) / 1e12
     del a, b, c
-    src = torch.empty(COPY_BYTES, device="cuda", dtype=torch.uint8)
-    dst = torch.empty_like(src)
-    ms = timer.median_ms(lambda: dst.copy_(src))
-    copy = 2.0 * COPY_BYTES / (ms / MS_PER_S) / 1e12
-    del src, dst
-    torch.cuda.empty_cache()
+    copy = copy_ceiling_tbps(torch, COPY_BYTES, timer.median_ms)
     return {"gemm_bf16_tflops": gemm, "gemm_shape": [GEMM_SIZE] * 3, "copy_TBps": copy, "copy_bytes": COPY_BYTES}
 
 
 def sdpa_rows(torch, timer, shapes, backends):
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
 
-    kinds = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+    kinds = sdpa_backend_kinds()
     rows, skipped = [], []
     for d, n, causal in shapes:
         b, h = TOKENS // n, HIDDEN // d
@@ -148,43 +134,20 @@ def sdpa_rows(torch, timer, shapes, backends):
 
 def main(argv):
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("peers_sdpa: PyTorch is not installed; peer timings skipped")
-        return 0
-    if not torch.cuda.is_available():
-        print("peers_sdpa: no CUDA device visible to PyTorch; peer timings skipped")
-        return 0
-    backends = [b for b in args.backends.split(",") if b]
-    unknown = [b for b in backends if b not in ("flash", "cudnn")]
-    if unknown:
-        print(f"peers_sdpa: unknown backend(s) {unknown}; choose from flash, cudnn", file=sys.stderr)
-        return 2
+    torch, backends = torch_and_backends("peers_sdpa", args.backends)
     timer = Timer(torch, args.warmup, args.repeat)
-    props = torch.cuda.get_device_properties(0)
-    result = {
-        "benchmark": "peers_sdpa",
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "gpu": {"name": props.name, "driver": driver_version(), "sm_count": props.multi_processor_count,
-                "compute_capability": f"{props.major}.{props.minor}"},
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version(),
+    result = start_peer_result(torch, "peers_sdpa", args)
+    result.update({
         "dtype": "bf16", "tokens": TOKENS, "hidden": HIDDEN,
         "repeat": args.repeat, "warmup": args.warmup,
         "flops": "forward 4*b*h*N*N*d (x0.5 causal); backward 2.5x forward",
-    }
-    print(f"peers_sdpa: {props.name}, torch {torch.__version__}; median of {args.repeat} after {args.warmup}",
-          flush=True)
+    })
     result["ceil"] = ceilings(torch, timer)
     print(f"ceilings: bf16 GEMM {result['ceil']['gemm_bf16_tflops']:.1f} TFLOP/s, "
           f"copy {result['ceil']['copy_TBps']:.2f} TB/s", flush=True)
     result["rows"], result["skipped"] = sdpa_rows(torch, timer, sweep_shapes(args), backends)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+        write_json(args.json, result)
     return 0
 
 

@@ -29,6 +29,7 @@
 #include "api/backend.h"
 #include "api/kvcache_problem.h"
 #include "bench.h"
+#include "bench_gpu_common.h"
 #include "cli_args.h"
 #include "cli_common.h"
 #include "core/numeric.h"
@@ -54,8 +55,6 @@ constexpr int64_t kElemBytes = 2;
 constexpr int64_t kCacheTokens = 64 * 4096;
 constexpr int64_t kMaxBatch = 64;
 constexpr int kCallsPerTiming = 20;
-constexpr int kDefaultRepeat = 10;
-constexpr int kDefaultWarmup = 3;
 constexpr uint64_t kSeed = 1;
 constexpr double kMsPerSecond = 1e3;
 constexpr double kBytesPerTera = 1e12;
@@ -233,14 +232,10 @@ Status measure(DecodeBuffers& buf, const DecodeShape& shape, bool paged, int war
 }  // namespace
 
 int bench_decode(const BenchOptions& o) {
-  if (!gpu_present()) {
-    std::fprintf(stderr, "flashattn bench: --decode: %s\n",
-                 cuda_built() ? "no CUDA device is present" : "this build of flashattn has no CUDA kernels");
-    return kExitFailure;
-  }
+  if (refuse_without_gpu("--decode")) return kExitFailure;
   const std::vector<GpuInfo> gpus = list_gpus();
-  const int repeat = o.repeat > 0 ? o.repeat : kDefaultRepeat;
-  const int warmup = o.warmup >= 0 ? o.warmup : kDefaultWarmup;
+  const int repeat = gpu_repeat(o);
+  const int warmup = gpu_warmup(o);
 
   Progress progress("bench");
   DecodeBuffers buf;
@@ -296,11 +291,8 @@ int bench_decode(const BenchOptions& o) {
 
   if (!o.json_path.empty()) {
     JsonWriter j;
-    j.begin_object().field("benchmark", "gpu_decode").field("commit", commit_id()).field("date", utc_timestamp());
-    j.key("gpu").begin_object().field("name", gpus.front().name).field("driver", driver_version());
-    j.field("compute_capability", std::to_string(gpus.front().cc_major) + "." + std::to_string(gpus.front().cc_minor));
-    j.field("sm_count", gpus.front().sm_count).field("cuda_runtime", gpus.front().runtime_version).end_object();
-    j.field("version", version()).field("dtype", to_string(kDtype));
+    begin_gpu_result(j, "gpu_decode", gpus.front());
+    j.field("dtype", to_string(kDtype));
     j.field("heads_q", kHeadsQ).field("heads_kv", kHeadsKV).field("head_dim", kHeadDim).field("seqlen_q", kSeqlenQ);
     j.field("page_size", kPageSize).field("repeat", repeat).field("warmup", warmup);
     j.field("calls_per_timing", kCallsPerTiming);
@@ -322,12 +314,8 @@ int bench_decode(const BenchOptions& o) {
       }
       j.end_object();
     }
-    j.end_array().end_object();
-    std::string error;
-    if (!write_output(o.json_path, j.str() + "\n", &error)) {
-      std::fprintf(stderr, "flashattn bench: %s\n", error.c_str());
-      return kExitFailure;
-    }
+    j.end_array();
+    if (!finish_gpu_result(j, o.json_path)) return kExitFailure;
   }
   return errors == 0 ? kExitOk : kExitFailure;
 }

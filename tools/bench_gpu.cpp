@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_gpu_common.h"
 #include "cli_args.h"
 #include "cli_common.h"
 #include "commands.h"
@@ -32,8 +33,6 @@ constexpr int64_t kHeadDims[] = {64, 128, 256};
 constexpr int64_t kSeqlens[] = {512, 1024, 2048, 4096, 8192, 16384};
 constexpr int64_t kQuickHeadDims[] = {64, 128};
 constexpr int64_t kQuickSeqlens[] = {1024, 4096, 16384};
-constexpr int kGpuDefaultRepeat = 10;
-constexpr int kGpuDefaultWarmup = 3;
 constexpr double kBackwardFlopFactor = 2.5;
 constexpr double kCausalFlopFactor = 0.5;  // the papers count half the pairs for causal
 constexpr double kFlopsPerTera = 1e12;
@@ -126,19 +125,6 @@ void print_row(const GpuRow& r) {
   std::fflush(stdout);
 }
 
-void write_gpu(JsonWriter& j, const GpuInfo& gpu) {
-  j.key("gpu").begin_object().field("name", gpu.name).field("driver", driver_version());
-  j.field("compute_capability", std::to_string(gpu.cc_major) + "." + std::to_string(gpu.cc_minor));
-  j.field("sm_count", gpu.sm_count).field("cuda_runtime", gpu.runtime_version).end_object();
-}
-
-bool no_gpu() {
-  if (gpu_present()) return false;
-  std::fprintf(stderr, "flashattn bench: --gpu: %s\n",
-               cuda_built() ? "no CUDA device is present" : "this build of flashattn has no CUDA kernels");
-  return true;
-}
-
 // One row of the ablation: an fa3 variant, or fa2 for comparison.
 struct AblationRow {
   std::string name;  // "fa3 full", "fa3 no_ping_pong", "fa2"
@@ -204,10 +190,10 @@ void print_ablation_row(const AblationRow& r, double full_tflops) {
 }
 
 int bench_ablation(const BenchOptions& o) {
-  if (no_gpu()) return kExitFailure;
+  if (refuse_without_gpu("--gpu")) return kExitFailure;
   const std::vector<GpuInfo> gpus = list_gpus();
-  const int repeat = o.repeat > 0 ? o.repeat : kGpuDefaultRepeat;
-  const int warmup = o.warmup >= 0 ? o.warmup : kGpuDefaultWarmup;
+  const int repeat = gpu_repeat(o);
+  const int warmup = gpu_warmup(o);
   Progress progress("bench");
   AblationBuffers buf;
   progress.phase("allocating and filling the ablation tensors");
@@ -268,9 +254,7 @@ int bench_ablation(const BenchOptions& o) {
 
   if (!o.json_path.empty()) {
     JsonWriter j;
-    j.begin_object().field("benchmark", "fa3_ablation").field("commit", commit_id()).field("date", utc_timestamp());
-    write_gpu(j, gpus.front());
-    j.field("version", version());
+    begin_gpu_result(j, "fa3_ablation", gpus.front());
     j.key("shape").begin_object().field("batch", kAblationBatch).field("seqlen", kAblationSeqlen);
     j.field("heads", kAblationHeads).field("head_dim", kAblationHeadDim).field("dtype", to_string(kDtype));
     j.field("causal", false).end_object();
@@ -285,12 +269,8 @@ int bench_ablation(const BenchOptions& o) {
     j.end_array().key("skipped").begin_array();
     for (const AblationRow& r : rows)
       if (!r.skipped.empty()) j.begin_object().field("name", r.name).field("reason", r.skipped).end_object();
-    j.end_array().end_object();
-    std::string error;
-    if (!write_output(o.json_path, j.str() + "\n", &error)) {
-      std::fprintf(stderr, "flashattn bench: %s\n", error.c_str());
-      return kExitFailure;
-    }
+    j.end_array();
+    if (!finish_gpu_result(j, o.json_path)) return kExitFailure;
   }
   return errors == 0 ? kExitOk : kExitFailure;
 }
@@ -299,11 +279,11 @@ int bench_ablation(const BenchOptions& o) {
 
 int bench_gpu(const BenchOptions& o) {
   if (o.ablation) return bench_ablation(o);
-  if (no_gpu()) return kExitFailure;
+  if (refuse_without_gpu("--gpu")) return kExitFailure;
   const std::vector<GpuInfo> gpus = list_gpus();
   std::vector<Algorithm> algos = o.algorithms.empty() ? available_cuda_algorithms() : o.algorithms;
-  const int repeat = o.repeat > 0 ? o.repeat : kGpuDefaultRepeat;
-  const int warmup = o.warmup >= 0 ? o.warmup : kGpuDefaultWarmup;
+  const int repeat = gpu_repeat(o);
+  const int warmup = gpu_warmup(o);
   std::vector<int64_t> head_dims(std::begin(kHeadDims), std::end(kHeadDims));
   std::vector<int64_t> seqlens(std::begin(kSeqlens), std::end(kSeqlens));
   if (o.quick) {
@@ -378,9 +358,8 @@ int bench_gpu(const BenchOptions& o) {
 
   if (!o.json_path.empty()) {
     JsonWriter j;
-    j.begin_object().field("benchmark", "gpu_sweep").field("commit", commit_id()).field("date", utc_timestamp());
-    write_gpu(j, gpus.front());
-    j.field("version", version()).field("dtype", to_string(kDtype)).field("tokens", kTokens).field("hidden", kHidden);
+    begin_gpu_result(j, "gpu_sweep", gpus.front());
+    j.field("dtype", to_string(kDtype)).field("tokens", kTokens).field("hidden", kHidden);
     j.field("repeat", repeat).field("warmup", warmup);
     j.field("flops", "forward 4*b*h*N*N*d (x0.5 causal); backward 2.5x forward");
     j.key("rows").begin_array();
@@ -396,12 +375,8 @@ int bench_gpu(const BenchOptions& o) {
       j.begin_object().field("algo", to_string(r.algo)).field("direction", r.backward ? "bwd" : "fwd");
       j.field("d", r.d).field("N", r.n).field("causal", r.causal).field("reason", r.skipped).end_object();
     }
-    j.end_array().end_object();
-    std::string error;
-    if (!write_output(o.json_path, j.str() + "\n", &error)) {
-      std::fprintf(stderr, "flashattn bench: %s\n", error.c_str());
-      return kExitFailure;
-    }
+    j.end_array();
+    if (!finish_gpu_result(j, o.json_path)) return kExitFailure;
   }
   return errors == 0 ? kExitOk : kExitFailure;
 }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdint>
 #include <ostream>
 #include <random>
@@ -77,6 +78,26 @@ struct CaseSpec {
 
 // gtest prints a case parameter by its name instead of its bytes.
 inline void PrintTo(const CaseSpec& s, std::ostream* os) { *os << s.name(); }
+
+// The mask options of a case spec (causal, sliding window, softcap) onto call arguments of any kind
+// (AttentionArgs, KVCacheArgs): they travel together, so a new option is wired in one place.
+template <typename Spec, typename Args>
+void set_mask_options(const Spec& spec, Args* a) {
+  a->causal = spec.causal;
+  a->window_left = spec.window_left;
+  a->window_right = spec.window_right;
+  a->softcap = spec.softcap;
+}
+
+// A test name for a value-parameterized case: its index (names must be unique) and the spec's name(), every
+// character gtest does not accept in a name replaced by '_'.
+template <typename Spec>
+std::string param_test_name(const ::testing::TestParamInfo<Spec>& info) {
+  std::string n = std::to_string(info.index) + "_" + info.param.name();
+  for (char& ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
 
 // A q/k/v-like tensor of `shape` ([batch, rows, heads, d] or packed [rows, heads, d]) in `layout`.
 inline harness::HostTensor make_tensor(DType dtype, std::vector<int64_t> shape, Layout layout,
@@ -159,10 +180,7 @@ struct HostCase {
       a.cu_seqlens_k = cu_k.view;
     }
     a.softmax_scale = spec.scale;
-    a.causal = spec.causal;
-    a.window_left = spec.window_left;
-    a.window_right = spec.window_right;
-    a.softcap = spec.softcap;
+    set_mask_options(spec, &a);
     a.algorithm = spec.algorithm;
     a.deterministic = spec.deterministic;
     return a;

@@ -1,0 +1,104 @@
+"""What the scripts of bench/ share: run metadata (commit, date, driver), the PyTorch preamble and JSON header
+of the peer timings, the device copy ceiling, and JSON output.
+
+The scripts import it by name: Python puts a script's own folder first on sys.path, so
+`python3 bench/peers_decode.py` finds it from any working directory.
+"""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+SDPA_BACKENDS = ("flash", "cudnn")
+MS_PER_S = 1e3
+BYTES_PER_TERA = 1e12
+
+
+def head_commit():
+    """`git rev-parse HEAD` of the checkout this file lies in, or None outside one."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return None
+
+
+def utc_date():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def driver_version():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+
+
+def torch_and_backends(prog, backends_text):
+    """PyTorch and the SDPA backends named in the comma list `backends_text`, ready to time. Exits 0, after saying
+    which is missing, without PyTorch or a CUDA device (the peers are optional), and 2 on an unknown backend."""
+    try:
+        import torch
+    except ImportError:
+        print(f"{prog}: PyTorch is not installed; peer timings skipped")
+        sys.exit(0)
+    if not torch.cuda.is_available():
+        print(f"{prog}: no CUDA device visible to PyTorch; peer timings skipped")
+        sys.exit(0)
+    backends = [b for b in backends_text.split(",") if b]
+    unknown = [b for b in backends if b not in SDPA_BACKENDS]
+    if unknown:
+        print(f"{prog}: unknown backend(s) {unknown}; choose from {', '.join(SDPA_BACKENDS)}", file=sys.stderr)
+        sys.exit(2)
+    return torch, backends
+
+
+def sdpa_backend_kinds():
+    """Our backend names mapped to torch's SDPBackend values (for sdpa_kernel)."""
+    from torch.nn.attention import SDPBackend
+
+    return {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def start_peer_result(torch, prog, args, commit=None):
+    """The opening fields of a peer result (what ran, when, on which GPU, with which PyTorch; the commit when
+    given), after announcing the run on stdout. The caller adds its shapes, timing settings and rows."""
+    props = torch.cuda.get_device_properties(0)
+    result = {"benchmark": prog}
+    if commit is not None:
+        result["commit"] = commit
+    result.update({
+        "date": utc_date(),
+        "gpu": {"name": props.name, "driver": driver_version(), "sm_count": props.multi_processor_count,
+                "compute_capability": f"{props.major}.{props.minor}"},
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    })
+    print(f"{prog}: {props.name}, torch {torch.__version__}; median of {args.repeat} after {args.warmup}",
+          flush=True)
+    return result
+
+
+def copy_ceiling_tbps(torch, nbytes, time_ms):
+    """TB/s of a device-to-device copy of `nbytes` (bytes read + written over time); `time_ms(fn)` returns the
+    milliseconds of one call of fn. The buffers are freed before returning."""
+    src = torch.empty(nbytes, device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2.0 * nbytes / (ms / MS_PER_S) / BYTES_PER_TERA
