@@ -17,7 +17,7 @@
 namespace flashattn::cuda::fa3 {
 
 template <int kHeadDim_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kWarpSpecialized_,
-          bool kPingPong_, bool kIntraOverlap_, int kPolyExp2Per8_>
+          bool kPingPong_, bool kIntraOverlap_>
 struct Fa3Config {
   static constexpr int kHeadDim = kHeadDim_;
   // Each consumer warpgroup owns 64 rows (one wgmma M) of the Q tile.
@@ -29,8 +29,6 @@ struct Fa3Config {
   static constexpr bool kWarpSpecialized = kWarpSpecialized_;  // producer warpgroup issues the TMA loads
   static constexpr bool kPingPong = kPingPong_ && kWarpSpecialized_;  // consumers take turns issuing GEMMs
   static constexpr bool kIntraOverlap = kIntraOverlap_;  // softmax of block j runs under P V of block j-1
-  // Of every 8 scores, how many take exp2 by polynomial on the FMA pipe rather than on MUFU.
-  static constexpr int kPolyExp2Per8 = kPolyExp2Per8_;
 
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;

@@ -164,23 +164,6 @@ struct SoftmaxParams {
   int row0;  // this thread's half-0 row in the sequence
 };
 
-// 2^x for x <= 0 on the FMA pipe instead of the MUFU unit (which does 16 exp2 per clock per SM against
-// 128 FMAs): x = j + f with j = round(x) and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial (relative error
-// 7.5e-5, below the 2^-9 rounding of the bf16 P it feeds), 2^j by adding j to the exponent bits.
-// -inf (masked) and anything below 2^-126 give 0, as ex2.approx does.
-__device__ __forceinline__ float exp2_poly(float x) {
-  constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
-  constexpr float kMinExp = -126.0f;
-  constexpr float kC0 = 0.99992806f, kC1 = 0.69326097f, kC2 = 0.24261114f, kC3 = 0.05517167f;
-  const float xc = fmaxf(x, kMinExp);
-  const float t = xc + kRoundMagic;
-  const float f = xc - (t - kRoundMagic);
-  const float poly = fmaf(fmaf(fmaf(kC3, f, kC2), f, kC1), f, kC0);
-  // The low bits of t hold j (offset by 2^22, which the shift pushes out): j << 23 moves it to the exponent.
-  const float y = __int_as_float(__float_as_int(poly) + (__float_as_int(t) << 23));
-  return x < kMinExp ? 0.0f : y;
-}
-
 // Online softmax of one block (in place on st.s). Returns the factor that rescales O for each half and
 // whether any row of the warp needs it.
 //
@@ -230,9 +213,8 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Cfg>& st, const Soft
   float tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
-    // The scale is folded into the exponent: one FFMA per score, then MUFU or (some columns) the FMA pipe.
-    const float x = fmaf(st.s[i], sp.mult, -base[acc_half(i)]);
-    st.s[i] = (i % 8) < Cfg::kPolyExp2Per8 ? exp2_poly(x) : fast_exp2(x);
+    // The scale is folded into the exponent: one FFMA and one MUFU exp2 per score.
+    st.s[i] = fast_exp2(fmaf(st.s[i], sp.mult, -base[acc_half(i)]));
     tile_sum[acc_half(i)] += st.s[i];
   }
 #pragma unroll
@@ -355,6 +337,15 @@ struct Consumer {
   // the end of the keys fall in it whenever they fall in the tile). Peeled from the loop so that every loop iteration has the same wgmma groups in flight
   // (ptxas serializes wgmma when it cannot prove which group a register read waits for).
   __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int iter) {
+    qk_now(st, w, 0, iter);
+    float factor[2];
+    softmax_block<true>(st, sp, (w.n_last - 1) * Cfg::kBlockN, quad(), factor);  // O is still 0: no rescale
+    pack_p<Cfg, T>(st);
+    if constexpr (!Cfg::kIntraOverlap) pv_now(st, w, 0, iter);
+  }
+
+  // Q K^T (or P V) of block `idx` on its own: wait for the operand, issue in turn, wait, release.
+  __device__ void qk_now(ConsumerState<Cfg>& st, const TileWork& w, int idx, int iter) {
     wait_k(iter);
     take_turn<Cfg>(wg);
     qk(st, iter);
@@ -362,11 +353,7 @@ struct Consumer {
     sm90::wgmma_wait<0>();
     sm90::fence_registers(st.s);
     release_k(iter);
-    refill_k(w, Cfg::kStages, iter + Cfg::kStages);
-    float factor[2];
-    softmax_block<true>(st, sp, (w.n_last - 1) * Cfg::kBlockN, quad(), factor);  // O is still 0: no rescale
-    pack_p<Cfg, T>(st);
-    if constexpr (!Cfg::kIntraOverlap) pv_now(st, w, 0, iter);
+    refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
   }
 
   __device__ void pv_now(ConsumerState<Cfg>& st, const TileWork& w, int idx, int iter) {
@@ -385,8 +372,8 @@ struct Consumer {
   __device__ void block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int idx, int iter) {
     const int key0 = (w.n_last - 1 - idx) * Cfg::kBlockN;
     float factor[2];
-    wait_k(iter);
     if constexpr (Cfg::kIntraOverlap) {
+      wait_k(iter);
       wait_v(iter - 1);
       take_turn<Cfg>(wg);
       qk(st, iter);
@@ -404,13 +391,7 @@ struct Consumer {
       if (moved) rescale_o(st, factor);
       pack_p<Cfg, T>(st);
     } else {
-      take_turn<Cfg>(wg);
-      qk(st, iter);
-      pass_turn<Cfg>(wg);
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(st.s);
-      release_k(iter);
-      refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+      qk_now(st, w, idx, iter);
       if (softmax_block<kMasked>(st, sp, key0, quad(), factor)) rescale_o(st, factor);
       pack_p<Cfg, T>(st);
       pv_now(st, w, idx, iter);

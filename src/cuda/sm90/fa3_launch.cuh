@@ -25,18 +25,13 @@ constexpr int fa3_block_n(int head_dim, bool masked) {
   return head_dim == 256 ? 64 : (head_dim == 128 && !masked ? 176 : 128);
 }
 
-// Scores per 8 whose exp2 runs as a polynomial on the FMA pipe instead of MUFU. Off: on the H200 moving
-// 3 of 8 to the FMA pipe made head dim 64 slower (382 -> 331 TFLOP/s at N 2048), so the softmax there is
-// not bound by MUFU but by the instructions issued around it.
-constexpr int fa3_poly_exp2_per8(int) { return 0; }
-
 // Consumer warpgroups per CTA: at head dim 64 a block's GEMMs are short next to its softmax, so three
 // consumers (192-row tiles) keep the tensor cores busy while two of them run softmax.
 constexpr int fa3_consumers(int head_dim) { return head_dim == 64 ? 3 : 2; }
 
 template <int kHeadDim, bool kMasked, bool kWs = true, bool kPing = true, bool kOverlap = true>
-using ConfigFor = Fa3Config<kHeadDim, fa3_consumers(kHeadDim), fa3_block_n(kHeadDim, kMasked), 2, kWs, kPing,
-                            kOverlap, fa3_poly_exp2_per8(kHeadDim)>;
+using ConfigFor =
+    Fa3Config<kHeadDim, fa3_consumers(kHeadDim), fa3_block_n(kHeadDim, kMasked), 2, kWs, kPing, kOverlap>;
 
 template <typename Cfg, typename T>
 Status launch_config(const detail::Problem& prob, const Context& ctx) {
