@@ -1,6 +1,7 @@
 // A plain-old-data copy of detail::Problem that kernels take by value.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "api/problem.h"
@@ -39,6 +40,22 @@ struct AttnParams {
 
 inline TensorParams to_params(const detail::Strided& s) {
   return TensorParams{s.ptr, s.batch_stride, s.row_stride, s.head_stride};
+}
+
+// The forward's strided tensors with the extents their row and head strides step over (varlen tensors are
+// one "batch" of total rows): what a kernel's alignment and addressing checks walk.
+struct ForwardOperand {
+  const char* name;
+  const detail::Strided* s;
+  int64_t rows, heads;
+};
+inline std::array<ForwardOperand, 4> forward_operands(const detail::Problem& p) {
+  const int64_t q_rows = p.varlen ? p.total_q : p.seqlen_q;
+  const int64_t k_rows = p.varlen ? p.total_k : p.seqlen_k;
+  return {{{"q", &p.q, q_rows, p.heads_q},
+           {"k", &p.k, k_rows, p.heads_kv},
+           {"v", &p.v, k_rows, p.heads_kv},
+           {"out", &p.out, q_rows, p.heads_q}}};
 }
 
 inline AttnParams make_params(const detail::Problem& p) {

@@ -131,18 +131,7 @@ Status fa2_supports(const detail::Problem& p, const Context& ctx, std::string* k
                                 std::to_string(p.batch) + ") must each be at most 65535 (grid limit)");
   if (p.total_q > INT_MAX || p.total_k > INT_MAX)
     return Status::NotSupported("algorithm fa2: more than 2^31 - 1 query or key rows are not supported");
-  const int64_t q_rows = p.varlen ? p.total_q : p.seqlen_q;
-  const int64_t k_rows = p.varlen ? p.total_k : p.seqlen_k;
-  struct Operand {
-    const char* name;
-    const detail::Strided* s;
-    int64_t rows, heads;
-  };
-  const Operand operands[] = {{"q", &p.q, q_rows, p.heads_q},
-                              {"k", &p.k, k_rows, p.heads_kv},
-                              {"v", &p.v, k_rows, p.heads_kv},
-                              {"out", &p.out, q_rows, p.heads_q}};
-  for (const Operand& o : operands) {
+  for (const ForwardOperand& o : forward_operands(p)) {
     Status st = check_alignment(o.name, *o.s, o.rows, o.heads, p.batch, p.varlen);
     if (!st.ok()) return st;
   }
