@@ -30,17 +30,18 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
-Status make_context(const Problem& p, cuda::Context* ctx) {
+// The device (checked against the devices present) and stream of one call, and the device's limits.
+Status make_context(int device_index, void* stream, cuda::Context* ctx) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();  // clear the sticky "no device" error
     return Status::NotSupported("backend cuda: no CUDA device is present");
   }
-  if (p.device_index < 0 || p.device_index >= count)
-    return Status::Invalid("q: device index " + std::to_string(p.device_index) + " is out of range (" +
+  if (device_index < 0 || device_index >= count)
+    return Status::Invalid("q: device index " + std::to_string(device_index) + " is out of range (" +
                            std::to_string(count) + " devices)");
-  ctx->device = p.device_index;
-  ctx->stream = static_cast<cudaStream_t>(p.stream);
+  ctx->device = device_index;
+  ctx->stream = static_cast<cudaStream_t>(stream);
   FA_CUDA_RETURN_IF_ERROR(cudaSetDevice(ctx->device));
   FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, ctx->device));
   FA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&ctx->cc_major, cudaDevAttrComputeCapabilityMajor, ctx->device));
@@ -53,10 +54,6 @@ Status make_context(const Problem& p, cuda::Context* ctx) {
 
 using SupportsFn = Status (*)(const Problem&, const cuda::Context&, std::string*);
 
-Status fa3_backward_supports(const Problem&, const cuda::Context&, std::string*) {
-  return Status::NotSupported("algorithm fa3: the Hopper kernel is forward only; the backward runs on fa2");
-}
-
 // The algorithm `auto` resolves to: the fastest built one that accepts the problem.
 Status resolve(const Problem& p, const cuda::Context& ctx, Algorithm* algo, std::string* kernel) {
   struct Entry {
@@ -65,7 +62,7 @@ Status resolve(const Problem& p, const cuda::Context& ctx, Algorithm* algo, std:
     SupportsFn bwd;
   };
   static const Entry kEntries[] = {
-      {Algorithm::kFA3, cuda::fa3_supports, fa3_backward_supports},
+      {Algorithm::kFA3, cuda::fa3_supports, cuda::fa3_supports},  // refuses backward problems
       {Algorithm::kFA2, cuda::fa2_supports, cuda::fa2_backward_supports},
       {Algorithm::kFA1, cuda::fa1_supports, cuda::fa1_supports},
       {Algorithm::kStandard, cuda::standard_supports, cuda::standard_supports},
@@ -132,7 +129,7 @@ Status cuda_check_pointer(const char* name, const void* ptr, Device device, int 
 Status cuda_check(const Problem& p, RunInfo* info) {
   DeviceGuard guard;
   cuda::Context ctx;
-  Status s = make_context(p, &ctx);
+  Status s = make_context(p.device_index, p.stream, &ctx);
   if (!s.ok()) return s;
   Algorithm algo = p.algorithm;
   std::string kernel;
@@ -147,7 +144,7 @@ Status cuda_check(const Problem& p, RunInfo* info) {
 Status cuda_forward(const Problem& p, RunInfo* info) {
   DeviceGuard guard;
   cuda::Context ctx;
-  Status s = make_context(p, &ctx);
+  Status s = make_context(p.device_index, p.stream, &ctx);
   if (!s.ok()) return s;
   switch (info->algorithm) {
     case Algorithm::kStandard: return cuda::standard_forward(p, ctx);
@@ -161,7 +158,7 @@ Status cuda_forward(const Problem& p, RunInfo* info) {
 Status cuda_backward(const Problem& p, RunInfo* info) {
   DeviceGuard guard;
   cuda::Context ctx;
-  Status s = make_context(p, &ctx);
+  Status s = make_context(p.device_index, p.stream, &ctx);
   if (!s.ok()) return s;
   switch (info->algorithm) {
     case Algorithm::kStandard: return cuda::standard_backward(p, ctx);
@@ -181,7 +178,7 @@ static_assert(int(cuda::Fa3Variant::kFull) == int(Fa3Ablation::kFull) &&
 Status cuda_forward_fa3_ablation(const Problem& p, int variant, RunInfo* info) {
   DeviceGuard guard;
   cuda::Context ctx;
-  Status s = make_context(p, &ctx);
+  Status s = make_context(p.device_index, p.stream, &ctx);
   if (!s.ok()) return s;
   std::string kernel;
   s = cuda::fa3_supports(p, ctx, &kernel);
@@ -197,10 +194,7 @@ Status cuda_forward_fa3_ablation(const Problem& p, int variant, RunInfo* info) {
 Status cuda_forward_kvcache(const KVCacheProblem& p, RunInfo* info) {
   DeviceGuard guard;
   cuda::Context ctx;
-  Problem where;  // make_context reads only the device and the stream
-  where.device_index = p.device_index;
-  where.stream = p.stream;
-  Status s = make_context(where, &ctx);
+  Status s = make_context(p.device_index, p.stream, &ctx);
   if (!s.ok()) return s;
   std::string kernel;
   // The kernel's limits are checked before the append, so a refusal leaves the caches untouched.

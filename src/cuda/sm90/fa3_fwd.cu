@@ -7,11 +7,13 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <string>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/problem_params.cuh"
 #include "cuda/launch.h"
 #include "cuda/sm90/fa3_launch.cuh"
 
@@ -93,13 +95,15 @@ Status encode(CUtensorMap* map, const detail::Strided& s, DType dtype, int64_t h
 namespace fa3 {
 
 Status make_tensor_maps(const detail::Problem& p, int block_m, int block_n, Fa3Params* params) {
-  const int64_t q_rows = p.varlen ? p.total_q : p.seqlen_q;
-  const int64_t k_rows = p.varlen ? p.total_k : p.seqlen_k;
   const int64_t batch = p.varlen ? 1 : p.batch;
-  Status s = encode(&params->tm_q, p.q, p.dtype, p.head_dim, q_rows, p.heads_q, batch, block_m);
-  if (s.ok()) s = encode(&params->tm_k, p.k, p.dtype, p.head_dim, k_rows, p.heads_kv, batch, block_n);
-  if (s.ok()) s = encode(&params->tm_v, p.v, p.dtype, p.head_dim, k_rows, p.heads_kv, batch, block_n);
-  return s;
+  const std::array<ForwardOperand, 4> ops = forward_operands(p);  // q, k, v, out
+  CUtensorMap* maps[] = {&params->tm_q, &params->tm_k, &params->tm_v};
+  const int box_rows[] = {block_m, block_n, block_n};
+  for (int i = 0; i < 3; ++i) {
+    Status s = encode(maps[i], *ops[i].s, p.dtype, p.head_dim, ops[i].rows, ops[i].heads, batch, box_rows[i]);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
 }
 
 }  // namespace fa3
@@ -121,7 +125,8 @@ bool fa3_runs_on(int cc_major, int cc_minor, std::string* why) {
 }
 
 Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* kernel) {
-  if (p.backward) return Status::NotSupported("algorithm fa3: the Hopper kernel is forward only");
+  if (p.backward)
+    return Status::NotSupported("algorithm fa3: the Hopper kernel is forward only; the backward runs on fa2");
   std::string why;
   if (!fa3_runs_on(ctx.cc_major, ctx.cc_minor, &why)) return Status::NotSupported("algorithm fa3: " + why);
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
@@ -135,18 +140,8 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
                                 "exponent after the row max); fa2 runs other scales");
   if (p.total_q > INT_MAX || p.total_k > INT_MAX || p.batch * p.heads_q > INT_MAX / 256)
     return Status::NotSupported("algorithm fa3: more than 2^31 - 1 rows or tiles are not supported");
-  const int64_t q_rows = p.varlen ? p.total_q : p.seqlen_q;
-  const int64_t k_rows = p.varlen ? p.total_k : p.seqlen_k;
-  struct Operand {
-    const char* name;
-    const detail::Strided* s;
-    int64_t rows, heads;
-  };
-  const Operand operands[] = {{"q", &p.q, q_rows, p.heads_q},
-                              {"k", &p.k, k_rows, p.heads_kv},
-                              {"v", &p.v, k_rows, p.heads_kv},
-                              {"out", &p.out, q_rows, p.heads_q}};  // 16-byte stores in the epilogue
-  for (const Operand& o : operands) {
+  // out too: the epilogue writes it with 16-byte stores.
+  for (const ForwardOperand& o : forward_operands(p)) {
     Status st = check_tma_operand(o.name, *o.s, o.rows, o.heads, p.batch, p.varlen);
     if (!st.ok()) return st;
   }
