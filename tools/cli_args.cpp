@@ -130,36 +130,33 @@ void ArgParser::add_flag(const std::string& name, bool* target, const std::strin
   options_.push_back(std::move(o));
 }
 
+namespace {
+
+// An integer option bounded to [min_value, max_value], stored in *target (int or int64_t).
+template <typename Int>
+ArgParser::Apply bounded_int(Int* target, int64_t min_value, int64_t max_value) {
+  return [target, min_value, max_value](const std::string& text, std::string* error) {
+    int64_t v = 0;
+    if (!parse_int64(text, &v, error)) return false;
+    if (v < min_value || v > max_value) {
+      *error = "must be in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "], got " + text;
+      return false;
+    }
+    *target = Int(v);
+    return true;
+  };
+}
+
+}  // namespace
+
 void ArgParser::add_int(const std::string& name, int64_t* target, const std::string& metavar, const std::string& help,
                         int64_t min_value, int64_t max_value) {
-  add_custom(name, metavar, help, std::to_string(*target),
-             [target, min_value, max_value](const std::string& text, std::string* error) {
-               int64_t v = 0;
-               if (!parse_int64(text, &v, error)) return false;
-               if (v < min_value || v > max_value) {
-                 *error =
-                     "must be in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "], got " + text;
-                 return false;
-               }
-               *target = v;
-               return true;
-             });
+  add_custom(name, metavar, help, std::to_string(*target), bounded_int(target, min_value, max_value));
 }
 
 void ArgParser::add_int(const std::string& name, int* target, const std::string& metavar, const std::string& help,
                         int min_value, int max_value) {
-  add_custom(name, metavar, help, std::to_string(*target),
-             [target, min_value, max_value](const std::string& text, std::string* error) {
-               int64_t v = 0;
-               if (!parse_int64(text, &v, error)) return false;
-               if (v < min_value || v > max_value) {
-                 *error =
-                     "must be in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "], got " + text;
-                 return false;
-               }
-               *target = int(v);
-               return true;
-             });
+  add_custom(name, metavar, help, std::to_string(*target), bounded_int(target, min_value, max_value));
 }
 
 void ArgParser::add_real(const std::string& name, double* target, const std::string& metavar, const std::string& help,
