@@ -1,9 +1,12 @@
 // A plain-old-data copy of detail::Problem that kernels take by value.
 #pragma once
 
+#include <cuda_runtime.h>  // __device__ where host-only .cpp files include this header
+
 #include <array>
 #include <cstdint>
 
+#include "api/kvcache_problem.h"
 #include "api/problem.h"
 #include "core/mask.h"
 #include "core/numeric.h"
@@ -37,6 +40,16 @@ struct AttnParams {
     return core::MaskSpec::make(len_q(b), len_k(b), causal, window_left, window_right);
   }
 };
+
+// A KV cache (elements): outer = between sequences (contiguous cache) or between pages (paged cache).
+struct CacheParams {
+  void* ptr;
+  int64_t outer_stride, row_stride, head_stride;
+};
+
+inline CacheParams to_params(const detail::CacheStrided& c) {
+  return CacheParams{c.ptr, c.outer_stride, c.row_stride, c.head_stride};
+}
 
 inline TensorParams to_params(const detail::Strided& s) {
   return TensorParams{s.ptr, s.batch_stride, s.row_stride, s.head_stride};

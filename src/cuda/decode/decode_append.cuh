@@ -5,17 +5,13 @@
 
 #include <cstdint>
 
+#include "cuda/common/problem_params.cuh"
+
 namespace flashattn::cuda::decode {
 
 struct AppendParams {
-  const uint16_t* k_new;
-  const uint16_t* v_new;
-  int64_t k_new_batch_stride, k_new_row_stride, k_new_head_stride;
-  int64_t v_new_batch_stride, v_new_row_stride, v_new_head_stride;
-  uint16_t* k_cache;
-  uint16_t* v_cache;
-  int64_t k_outer_stride, k_row_stride, k_head_stride;
-  int64_t v_outer_stride, v_row_stride, v_head_stride;
+  TensorParams k_new, v_new;
+  CacheParams k_cache, v_cache;
   const int32_t* cache_seqlens;
   const int32_t* block_table;  // nullptr: contiguous cache
   int64_t block_table_row_stride;
@@ -40,16 +36,17 @@ __global__ void append_new_tokens_kernel(const AppendParams a) {
     if (a.block_table != nullptr) {
       const int64_t page = a.block_table[b * a.block_table_row_stride + pos / a.page_size];
       const int64_t slot = pos % a.page_size;
-      k_dst = page * a.k_outer_stride + slot * a.k_row_stride;
-      v_dst = page * a.v_outer_stride + slot * a.v_row_stride;
+      k_dst = page * a.k_cache.outer_stride + slot * a.k_cache.row_stride;
+      v_dst = page * a.v_cache.outer_stride + slot * a.v_cache.row_stride;
     } else {
-      k_dst = b * a.k_outer_stride + pos * a.k_row_stride;
-      v_dst = b * a.v_outer_stride + pos * a.v_row_stride;
+      k_dst = b * a.k_cache.outer_stride + pos * a.k_cache.row_stride;
+      v_dst = b * a.v_cache.outer_stride + pos * a.v_cache.row_stride;
     }
-    a.k_cache[k_dst + h * a.k_head_stride + d] =
-        a.k_new[b * a.k_new_batch_stride + t * a.k_new_row_stride + h * a.k_new_head_stride + d];
-    a.v_cache[v_dst + h * a.v_head_stride + d] =
-        a.v_new[b * a.v_new_batch_stride + t * a.v_new_row_stride + h * a.v_new_head_stride + d];
+    // Raw 16-bit words: both sides have the same dtype.
+    static_cast<uint16_t*>(a.k_cache.ptr)[k_dst + h * a.k_cache.head_stride + d] = static_cast<const uint16_t*>(
+        a.k_new.ptr)[b * a.k_new.batch_stride + t * a.k_new.row_stride + h * a.k_new.head_stride + d];
+    static_cast<uint16_t*>(a.v_cache.ptr)[v_dst + h * a.v_cache.head_stride + d] = static_cast<const uint16_t*>(
+        a.v_new.ptr)[b * a.v_new.batch_stride + t * a.v_new.row_stride + h * a.v_new.head_stride + d];
   }
 }
 

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/problem_params.cuh"
+
 namespace flashattn::cuda::decode {
 
 constexpr int kWarpSize = 32;
@@ -72,17 +74,9 @@ struct DecodeConfig {
 
 // A plain-old-data view of one KV-cache call that the kernels take by value (strides in elements).
 struct DecodeParams {
-  const void* q;
-  int64_t q_batch_stride, q_row_stride, q_head_stride;
-  void* out;
-  int64_t out_batch_stride, out_row_stride, out_head_stride;
-  float* lse;  // nullptr: not requested; else [batch, heads_q, seqlen_q] with these strides
-  int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
-
-  const void* k_cache;
-  const void* v_cache;
-  int64_t k_outer_stride, k_row_stride, k_head_stride;  // outer: between sequences, or between pages
-  int64_t v_outer_stride, v_row_stride, v_head_stride;
+  TensorParams q, out;
+  TensorParams lse;  // ptr nullptr: not requested; else [batch, heads_q, seqlen_q] fp32
+  CacheParams k_cache, v_cache;
   const int32_t* cache_seqlens;  // device, validated: cached tokens before the call
   const int32_t* block_table;    // device, validated; nullptr: contiguous cache
   int64_t block_table_row_stride;

@@ -71,26 +71,11 @@ Status check_cache_alignment(const char* name, const detail::CacheStrided& c, in
 
 DecodeParams make_params(const detail::KVCacheProblem& p, int64_t splits) {
   DecodeParams d{};
-  d.q = p.q.ptr;
-  d.q_batch_stride = p.q.batch_stride;
-  d.q_row_stride = p.q.row_stride;
-  d.q_head_stride = p.q.head_stride;
-  d.out = p.out.ptr;
-  d.out_batch_stride = p.out.batch_stride;
-  d.out_row_stride = p.out.row_stride;
-  d.out_head_stride = p.out.head_stride;
-  d.lse = static_cast<float*>(p.lse.ptr);
-  d.lse_batch_stride = p.lse.batch_stride;
-  d.lse_head_stride = p.lse.head_stride;
-  d.lse_row_stride = p.lse.row_stride;
-  d.k_cache = p.k_cache.ptr;
-  d.v_cache = p.v_cache.ptr;
-  d.k_outer_stride = p.k_cache.outer_stride;
-  d.k_row_stride = p.k_cache.row_stride;
-  d.k_head_stride = p.k_cache.head_stride;
-  d.v_outer_stride = p.v_cache.outer_stride;
-  d.v_row_stride = p.v_cache.row_stride;
-  d.v_head_stride = p.v_cache.head_stride;
+  d.q = to_params(p.q);
+  d.out = to_params(p.out);
+  d.lse = to_params(p.lse);
+  d.k_cache = to_params(p.k_cache);
+  d.v_cache = to_params(p.v_cache);
   d.cache_seqlens = p.device_cache_seqlens;
   d.block_table = p.paged ? p.device_block_table : nullptr;
   d.block_table_row_stride = p.device_block_table_row_stride;
@@ -119,22 +104,10 @@ DecodeParams make_params(const detail::KVCacheProblem& p, int64_t splits) {
 
 decode::AppendParams make_append_params(const detail::KVCacheProblem& p) {
   decode::AppendParams a{};
-  a.k_new = static_cast<const uint16_t*>(p.k_new.ptr);
-  a.v_new = static_cast<const uint16_t*>(p.v_new.ptr);
-  a.k_new_batch_stride = p.k_new.batch_stride;
-  a.k_new_row_stride = p.k_new.row_stride;
-  a.k_new_head_stride = p.k_new.head_stride;
-  a.v_new_batch_stride = p.v_new.batch_stride;
-  a.v_new_row_stride = p.v_new.row_stride;
-  a.v_new_head_stride = p.v_new.head_stride;
-  a.k_cache = static_cast<uint16_t*>(p.k_cache.ptr);
-  a.v_cache = static_cast<uint16_t*>(p.v_cache.ptr);
-  a.k_outer_stride = p.k_cache.outer_stride;
-  a.k_row_stride = p.k_cache.row_stride;
-  a.k_head_stride = p.k_cache.head_stride;
-  a.v_outer_stride = p.v_cache.outer_stride;
-  a.v_row_stride = p.v_cache.row_stride;
-  a.v_head_stride = p.v_cache.head_stride;
+  a.k_new = to_params(p.k_new);
+  a.v_new = to_params(p.v_new);
+  a.k_cache = to_params(p.k_cache);
+  a.v_cache = to_params(p.v_cache);
   a.cache_seqlens = p.device_cache_seqlens;
   a.block_table = p.paged ? p.device_block_table : nullptr;
   a.block_table_row_stride = p.device_block_table_row_stride;

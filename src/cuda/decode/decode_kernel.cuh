@@ -241,13 +241,14 @@ __device__ __forceinline__ RowAddress row_address(const DecodeParams& p, int kv_
 template <typename T>
 __device__ __forceinline__ void store_out(const DecodeParams& p, int batch, RowAddress a, int col, const float (&v)[4],
                                           float lse) {
-  T* out = static_cast<T*>(p.out) + batch * p.out_batch_stride + a.query * p.out_row_stride +
-           a.head * p.out_head_stride;
+  T* out = static_cast<T*>(p.out.ptr) + batch * p.out.batch_stride + a.query * p.out.row_stride +
+           a.head * p.out.head_stride;
 #pragma unroll
   for (int e = 0; e < 4; ++e)
     if (col + e < p.head_dim) out[col + e] = from_float<T>(v[e]);
-  if (col == 0 && p.lse != nullptr)
-    p.lse[batch * p.lse_batch_stride + a.head * p.lse_head_stride + a.query * p.lse_row_stride] = lse;
+  if (col == 0 && p.lse.ptr != nullptr)
+    static_cast<float*>(p.lse.ptr)[batch * p.lse.batch_stride + a.head * p.lse.head_stride +
+                                   a.query * p.lse.row_stride] = lse;
 }
 
 // The last CTA of a tile: merges the splits' partial rows. Only L2 (ld.global.cg) is read: the partials were
@@ -338,15 +339,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
   const bool paged = p.block_table != nullptr;
   WarpKVLoader<Cfg, T> loader;
   {
-    const int64_t k_seq = paged ? 0 : batch * p.k_outer_stride;
-    const int64_t v_seq = paged ? 0 : batch * p.v_outer_stride;
-    loader.k_base = static_cast<const T*>(p.k_cache) + k_seq + kv_head * p.k_head_stride;
-    loader.v_base = static_cast<const T*>(p.v_cache) + v_seq + kv_head * p.v_head_stride;
+    const int64_t k_seq = paged ? 0 : batch * p.k_cache.outer_stride;
+    const int64_t v_seq = paged ? 0 : batch * p.v_cache.outer_stride;
+    loader.k_base = static_cast<const T*>(p.k_cache.ptr) + k_seq + kv_head * p.k_cache.head_stride;
+    loader.v_base = static_cast<const T*>(p.v_cache.ptr) + v_seq + kv_head * p.v_cache.head_stride;
     loader.table = paged ? p.block_table + batch * p.block_table_row_stride : nullptr;
-    loader.k_outer = p.k_outer_stride;
-    loader.k_row = p.k_row_stride;
-    loader.v_outer = p.v_outer_stride;
-    loader.v_row = p.v_row_stride;
+    loader.k_outer = p.k_cache.outer_stride;
+    loader.k_row = p.k_cache.row_stride;
+    loader.v_outer = p.v_cache.outer_stride;
+    loader.v_row = p.v_cache.row_stride;
     loader.len_k = len_k;
     loader.page_size = p.page_size;
     loader.head_dim = p.head_dim;
@@ -374,7 +375,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
     T v = from_float<T>(0.0f);
     if (r < rows && c < p.head_dim) {
       const RowAddress a = row_address(p, kv_head, row_first + r);
-      v = static_cast<const T*>(p.q)[batch * p.q_batch_stride + a.query * p.q_row_stride + a.head * p.q_head_stride + c];
+      v = static_cast<const T*>(p.q.ptr)[batch * p.q.batch_stride + a.query * p.q.row_stride + a.head * p.q.head_stride + c];
     }
     sQ[r * kStride + c] = v;
   }
