@@ -9,6 +9,7 @@ Streams: every kernel runs on `torch.cuda.current_stream()` of the tensors' devi
 torch.cuda.stream(s):` moves it like any torch operation.
 """
 
+import functools
 from typing import List, Optional, Tuple
 
 import torch
@@ -24,6 +25,16 @@ def _unit_last(t: Optional[Tensor]) -> Optional[Tensor]:
     if t is None or t.dim() == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1:
         return t
     return t.contiguous()
+
+
+@functools.lru_cache(maxsize=None)
+def _backward_algo(backend: str, algo: str) -> str:
+    """The algorithm the backward of a graph runs: the forward's, unless capabilities() lists it as
+    forward only (fa3), in which case `auto` picks one (it needs only q, k, v, out and lse)."""
+    for c in _ext.capabilities():
+        if c["algo"] == algo and (backend == "auto" or c["backend"] == backend) and not c["backward"]:
+            return "auto"
+    return algo
 
 
 def _stream(t: Tensor) -> int:
@@ -68,10 +79,7 @@ def _bwd_impl(
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     ext = _arrays.for_extension
-    # The fa3 kernel is forward only: a graph whose forward ran on fa3 takes the backward `auto` picks
-    # (it needs only q, k, v, out and lse, whichever kernel wrote them).
-    if algo == "fa3":
-        algo = "auto"
+    algo = _backward_algo(backend, algo)
     _ext.backward(
         ext(dout), ext(q), ext(k), ext(v), ext(out), ext(lse), dq, dk, dv,
         cu_seqlens_q=ext(cu_seqlens_q), cu_seqlens_k=ext(cu_seqlens_k),
