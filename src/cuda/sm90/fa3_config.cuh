@@ -57,14 +57,12 @@ struct Fa3Config {
 // boundary when the struct does), barriers last.
 template <typename Cfg, typename T>
 struct Fa3Shared {
-  // Q also stages O in the epilogue (each consumer warpgroup its own rows). A separate 64 x 64 O tile per
-  // consumer, which let the next tile's Q load during the epilogue, measured 1-4% slower on the H200.
   T q[Cfg::kBlockM * Cfg::kHeadDim];
   T k[Cfg::kStages][Cfg::kBlockN * Cfg::kHeadDim];
   T v[Cfg::kStages][Cfg::kBlockN * Cfg::kHeadDim];
   // full: TMA bytes landed (one producer arrival + transaction bytes). k/v empty: every consumer
   // warpgroup's wgmma reading the stage completed (one arrival per consumer warpgroup). q_empty: every
-  // consumer thread has copied its part of O out of the buffer (kConsumerThreads arrivals).
+  // consumer warpgroup's last Q K^T of the tile completed (one arrival per consumer warpgroup).
   uint64_t q_full, q_empty;
   uint64_t k_full[Cfg::kStages], k_empty[Cfg::kStages];
   uint64_t v_full[Cfg::kStages], v_empty[Cfg::kStages];

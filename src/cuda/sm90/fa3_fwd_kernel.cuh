@@ -5,8 +5,9 @@
 // tile, raises its register budget and runs S = Q K^T (wgmma, both operands in shared memory), the
 // online softmax and O += P V (wgmma, P from registers, V from shared memory), fp32 accumulators.
 //
-// Pipeline. Q has one buffer (q_full / q_empty), which also stages O in the epilogue; K and V rotate through kStages buffers each with their own full/empty mbarriers, so Q K^T of a block can
-// start before its V has landed. Block counters run on across tiles: the stage of the i-th block a CTA
+// Pipeline. Q has one buffer (q_full / q_empty), released as soon as the tile's last Q K^T has completed,
+// so the next tile's Q loads under the last P V and the epilogue; K and V rotate through kStages buffers
+// each with their own full/empty mbarriers, so Q K^T of a block can start before its V has landed. Block counters run on across tiles: the stage of the i-th block a CTA
 // ever handles is i % kStages and its phase (i / kStages) & 1. Consumers wait `full` with that parity; the
 // producer waits `empty` with the opposite parity (a fresh barrier counts as having completed the phase
 // before phase 0).
@@ -41,10 +42,8 @@ namespace flashattn::cuda::fa3 {
 
 using sm90::kWarpgroupThreads;
 
-// Named barrier ids: 1, 2, 3 for the ping-pong turn of consumers 0, 1, 2; 4, 5, 6 for each consumer's own
-// epilogue (0 is __syncthreads).
+// Named barrier ids: 1, 2, 3 for the ping-pong turn of consumers 0, 1, 2 (0 is __syncthreads).
 constexpr int kTurnBarrier = 1;
-constexpr int kEpilogueBarrier = 4;
 // Threads that meet at a turn barrier: the warpgroup taking its turn and the one handing it over.
 constexpr int kTurnThreads = 2 * kWarpgroupThreads;
 
@@ -92,7 +91,7 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
 
 template <typename Cfg, typename T>
 __device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p, const TileWork& w, int q_iter) {
-  // Hazard: the Q buffer also stages O; wait until every consumer has copied the last tile's O out.
+  // Hazard: every consumer warpgroup's last Q K^T of the previous tile must have completed.
   sm90::mbar_wait(&sm.q_empty, (q_iter & 1) ^ 1);
   sm90::mbar_arrive_expect_tx(&sm.q_full, Cfg::kQBytes);
 #pragma unroll
@@ -277,14 +276,6 @@ __device__ __forceinline__ void pass_turn(int wg) {
     sm90::named_arrive(kTurnBarrier + (wg + 1) % Cfg::kConsumerWarpgroups, kTurnThreads);
 }
 
-// Byte offset of element (row, col) in a swizzled tile of `rows` rows.
-__device__ __forceinline__ uint32_t swizzled_offset(int row, int col, int rows) {
-  const int block = col / sm90::kSwizzleElems;
-  const int chunk = (col % sm90::kSwizzleElems) / 8;
-  return uint32_t(block * rows * sm90::kSwizzleBytes + row * sm90::kSwizzleBytes + ((chunk ^ (row & 7)) * 16) +
-                  (col % 8) * 2);
-}
-
 template <typename Cfg, typename T>
 struct Consumer {
   Fa3Shared<Cfg, T>& sm;
@@ -432,11 +423,18 @@ struct Consumer {
     }
   }
 
-  // O / l through the warpgroup's own rows of the Q buffer, then 16-byte coalesced stores; LSE.
+  // Q is free once this warpgroup's last Q K^T of the tile has completed (the caller waited for it): the
+  // producer can load the next tile's Q while this tile's last P V and epilogue run. One arrival per
+  // warpgroup, as for the K/V stages.
+  __device__ void release_q() {
+    if (tid == 0) sm90::mbar_arrive(&sm.q_empty);
+  }
+
+  // O / l straight from the accumulators to global memory (each thread's column pairs as 4-byte stores; a
+  // quad covers 16 contiguous bytes of a row per n8 block), and the LSE. No shared memory: the Q buffer
+  // is already loading the next tile. (A quad shuffle transpose into 16-byte stores measured slower.)
   __device__ void epilogue(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w) {
     const AttnParams& a = p.attn;
-    // Hazard: every warp of this warpgroup must be done with its last Q K^T (which reads these rows of Q).
-    sm90::named_sync(kEpilogueBarrier + wg, kWarpgroupThreads);
     float inv[2];
     float* lse = static_cast<float*>(a.lse.ptr);
 #pragma unroll
@@ -450,31 +448,16 @@ struct Consumer {
             sum > 0.0f ? (st.row_max[h] * sp.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
       }
     }
-    unsigned char* sq = reinterpret_cast<unsigned char*>(sm.q);
-    const int r0 = local_row0();
+    T* out = static_cast<T*>(a.out.ptr) + w.batch * a.out.batch_stride + w.head * a.out.head_stride +
+             int64_t(a.q_offset(w.batch)) * a.out.row_stride + 2 * quad();
 #pragma unroll
-    for (int i = 0; i < Cfg::kHeadDim / 2; i += 2) {
-      const int row = r0 + 8 * acc_half(i);
-      const int col = acc_col(i) + 2 * quad();
-      *reinterpret_cast<uint32_t*>(sq + swizzled_offset(row, col, Cfg::kBlockM)) =
-          pack2<T>(st.o[i] * inv[acc_half(i)], st.o[i + 1] * inv[acc_half(i)]);
-    }
-    sm90::named_sync(kEpilogueBarrier + wg, kWarpgroupThreads);
-    constexpr int kChunks = Cfg::kHeadDim / 8;
-    T* out = static_cast<T*>(a.out.ptr) + w.batch * a.out.batch_stride + w.head * a.out.head_stride;
+    for (int h = 0; h < 2; ++h) {
+      const int row = sp.row0 + 8 * h;
+      if (row >= w.len_q) continue;
+      uint32_t* dst = reinterpret_cast<uint32_t*>(out + int64_t(row) * a.out.row_stride);
 #pragma unroll
-    for (int idx = tid; idx < Cfg::kRowsPerWarpgroup * kChunks; idx += kWarpgroupThreads) {
-      const int local = wg * Cfg::kRowsPerWarpgroup + idx / kChunks;
-      const int col = (idx % kChunks) * 8;
-      const int row = w.row_begin + local;
-      if (row < w.len_q)
-        *reinterpret_cast<uint4*>(out + (int64_t(a.q_offset(w.batch)) + row) * a.out.row_stride + col) =
-            *reinterpret_cast<const uint4*>(sq + swizzled_offset(local, col, Cfg::kBlockM));
+      for (int i = 2 * h; i < Cfg::kHeadDim / 2; i += 4) dst[acc_col(i) / 2] = pack2<T>(st.o[i] * inv[h], st.o[i + 1] * inv[h]);
     }
-    // Hazard: the next tile's Q arrives by TMA (async proxy) into memory this thread just accessed with
-    // ordinary loads and stores; order them first, then release the buffer.
-    sm90::fence_proxy_async();
-    sm90::mbar_arrive(&sm.q_empty);
   }
 
   __device__ void run() {
@@ -526,6 +509,7 @@ struct Consumer {
       for (; n >= vis_hi; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
       for (; n >= vis_lo; --n, ++idx) block<false>(st, sp, w, idx, base + idx);
       for (; n >= w.n_first; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
+      release_q();  // the tile's last Q K^T has completed (waited for inside the block)
       drain(st, w, idx - 1, base + idx - 1);
       kv_iter = base + idx;
       ++q_iter;
@@ -552,7 +536,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_
     sm90::prefetch_tensor_map(&params.tm_k);
     sm90::prefetch_tensor_map(&params.tm_v);
     sm90::mbar_init(&sm.q_full, 1);
-    sm90::mbar_init(&sm.q_empty, Cfg::kConsumerThreads);
+    sm90::mbar_init(&sm.q_empty, Cfg::kConsumerWarpgroups);
     for (int s = 0; s < Cfg::kStages; ++s) {
       sm90::mbar_init(&sm.k_full[s], 1);
       sm90::mbar_init(&sm.v_full[s], 1);

@@ -114,9 +114,6 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const CUtensorMap* m
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   FA_SM90_ASM("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
-// Orders this thread's generic-proxy shared-memory accesses before later async-proxy accesses (a TMA
-// load overwriting memory that was just read or written with ordinary instructions).
-__device__ __forceinline__ void fence_proxy_async() { FA_SM90_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // ---- registers and barriers ---------------------------------------------------------------------------
 // Moves registers between warpgroups of a CTA compiled under __launch_bounds__ (warpgroup-wide).
