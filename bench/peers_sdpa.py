@@ -3,7 +3,10 @@
 cuDNN backends, on the sweep of the FlashAttention papers (16384 tokens, hidden 2048, bf16), forward and
 backward, plus the machine's ceilings: a large bf16 GEMM and a large device-to-device copy.
 
-Timing: CUDA events around each call, warm-up calls first, the median of the timed calls. FLOPs are
+Timing: CUDA events around each call, warm-up calls first (at least --warmup of them and --warmup-ms of
+GPU time, as `flashattn bench --gpu` does: at its power limit the GPU settles at a lower clock after about
+a tenth of a second of load, so both sides are timed at the clock their kernel settles at), the median of
+the timed calls. Inputs are uniform in [-1, 1], as in `flashattn bench --gpu`. FLOPs are
 counted as in the papers (forward 4*b*h*N*N*d, half for causal; backward 2.5x forward), the same rule
 `flashattn bench --gpu` uses, so the two JSON files compare row by row (bench/compare.py merges them).
 
@@ -14,6 +17,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 from bench_common import (MS_PER_S, copy_ceiling_tbps, sdpa_backend_kinds, start_peer_result, torch_and_backends,
                           write_json)
@@ -38,6 +42,8 @@ def parse_args(argv):
                    help="time exactly the (d, N, causal) shapes of this `flashattn bench --gpu --json` file")
     p.add_argument("--repeat", type=int, default=10, help="timed calls per measurement (median)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls first")
+    p.add_argument("--warmup-ms", type=float, default=200.0,
+                   help="keep warming up until the untimed calls have taken this long (default: 200, as ours)")
     p.add_argument("--backends", default="flash,cudnn", help="comma list of: flash, cudnn")
     return p.parse_args(argv)
 
@@ -62,13 +68,27 @@ def forward_flops(b, h, n, d, causal):
 
 
 class Timer:
-    def __init__(self, torch, warmup, repeat):
-        self.torch, self.warmup, self.repeat = torch, warmup, repeat
+    def __init__(self, torch, warmup, repeat, warmup_ms=0.0):
+        self.torch, self.warmup, self.repeat, self.warmup_ms = torch, warmup, repeat, warmup_ms
 
     def median_ms(self, fn):
         torch = self.torch
+        begin = time.perf_counter()
+        calls = 0
         for _ in range(self.warmup):
             fn()
+            calls += 1
+        # The sustained part: batches sized from the calls so far, so the GPU stays busy between syncs.
+        while True:
+            torch.cuda.synchronize()
+            elapsed = (time.perf_counter() - begin) * MS_PER_S
+            if elapsed >= self.warmup_ms:
+                break
+            per_call = elapsed / calls if calls else 0.0
+            batch = min(1 << 16, int((self.warmup_ms - elapsed) / per_call) + 1) if per_call > 0 else 1
+            for _ in range(batch):
+                fn()
+            calls += batch
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                  for _ in range(self.repeat)]
         for start, end in pairs:
@@ -91,6 +111,11 @@ def ceilings(torch, timer):
     return {"gemm_bf16_tflops": gemm, "gemm_shape": [GEMM_SIZE] * 3, "copy_TBps": copy, "copy_bytes": COPY_BYTES}
 
 
+def uniform(torch, shape):
+    """bf16 uniform in [-1, 1] on the GPU: the distribution `flashattn bench --gpu` fills its inputs with."""
+    return (torch.rand(shape, device="cuda", dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
+
+
 def sdpa_rows(torch, timer, shapes, backends):
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
@@ -100,9 +125,8 @@ def sdpa_rows(torch, timer, shapes, backends):
     for d, n, causal in shapes:
         b, h = TOKENS // n, HIDDEN // d
         # SDPA takes [batch, heads, seqlen, head_dim]; each tensor is 64 MiB, larger than L2.
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                   for _ in range(3))
-        grad = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+        q, k, v = (uniform(torch, (b, h, n, d)).requires_grad_() for _ in range(3))
+        grad = uniform(torch, (b, h, n, d))
         for name in backends:
             for direction in ("fwd", "bwd"):
                 base = {"impl": name, "direction": direction, "d": d, "N": n, "b": b, "h": h, "causal": causal}
@@ -135,11 +159,11 @@ def sdpa_rows(torch, timer, shapes, backends):
 def main(argv):
     args = parse_args(argv)
     torch, backends = torch_and_backends("peers_sdpa", args.backends)
-    timer = Timer(torch, args.warmup, args.repeat)
+    timer = Timer(torch, args.warmup, args.repeat, args.warmup_ms)
     result = start_peer_result(torch, "peers_sdpa", args)
     result.update({
         "dtype": "bf16", "tokens": TOKENS, "hidden": HIDDEN,
-        "repeat": args.repeat, "warmup": args.warmup,
+        "repeat": args.repeat, "warmup": args.warmup, "warmup_ms": args.warmup_ms,
         "flops": "forward 4*b*h*N*N*d (x0.5 causal); backward 2.5x forward",
     })
     result["ceil"] = ceilings(torch, timer)

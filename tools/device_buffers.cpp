@@ -1,6 +1,7 @@
 // CUDA memory, event timing and device facts for the CLI; stubs that say "not built" without CUDA.
 #include "device_buffers.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <fstream>
@@ -190,15 +191,33 @@ class EventPair {
   bool ok_ = false;
 };
 
-Status time_gpu(int warmup, int repeat, const std::function<Status()>& call, std::vector<double>* times_ms) {
+Status time_gpu(int warmup, int repeat, const std::function<Status()>& call, std::vector<double>* times_ms,
+                double min_warmup_ms) {
   EventPair events;
   if (!events.ok()) return Status::Runtime("cudaEventCreate failed");
-  for (int i = 0; i < warmup; ++i) {
-    Status s = call();
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point begin = Clock::now();
+  Status s = Status::Ok();
+  int64_t calls = 0;
+  for (; calls < warmup; ++calls) {
+    s = call();
     if (!s.ok()) return s;
   }
-  Status s = gpu_synchronize();
-  if (!s.ok()) return s;
+  // The sustained part: queue batches sized from the calls so far, so the GPU stays busy between syncs.
+  constexpr int64_t kMaxBatch = 1 << 16;
+  for (;;) {
+    s = gpu_synchronize();
+    if (!s.ok()) return s;
+    const double elapsed = std::chrono::duration<double, std::milli>(Clock::now() - begin).count();
+    if (elapsed >= min_warmup_ms) break;
+    const double per_call = calls > 0 ? elapsed / double(calls) : 0.0;
+    const int64_t batch =
+        per_call > 0 ? std::min<int64_t>(kMaxBatch, int64_t((min_warmup_ms - elapsed) / per_call) + 1) : 1;
+    for (int64_t i = 0; i < batch; ++i, ++calls) {
+      s = call();
+      if (!s.ok()) return s;
+    }
+  }
   for (int i = 0; i < repeat; ++i) {
     s = cuda_status(cudaEventRecord(events.start(), nullptr), "cudaEventRecord");
     if (!s.ok()) return s;
@@ -240,15 +259,15 @@ Status DeviceAllocation::copy_from_host(const void*, size_t) { return not_built(
 Status gpu_synchronize() { return not_built(); }
 
 namespace {
-Status time_gpu(int, int, const std::function<Status()>&, std::vector<double>*) { return not_built(); }
+Status time_gpu(int, int, const std::function<Status()>&, std::vector<double>*, double) { return not_built(); }
 }  // namespace
 
 #endif  // FLASHATTN_WITH_CUDA
 
 Status time_calls(bool on_gpu, int warmup, int repeat, const std::function<Status()>& call,
-                  std::vector<double>* times_ms) {
+                  std::vector<double>* times_ms, double min_warmup_ms) {
   times_ms->clear();
-  if (on_gpu) return time_gpu(warmup, repeat, call, times_ms);
+  if (on_gpu) return time_gpu(warmup, repeat, call, times_ms, min_warmup_ms);
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < warmup; ++i) {
     Status s = call();

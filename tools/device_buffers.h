@@ -74,9 +74,12 @@ class DeviceAllocation {
 
 // Times `call` `repeat` times after `warmup` untimed calls and returns each timed call's milliseconds.
 // On the GPU every call is bracketed by CUDA events on the default stream (the stream the CLI passes to
-// the library); on the CPU by a steady clock. Stops at the first call that returns an error.
+// the library); on the CPU by a steady clock. With min_warmup_ms > 0 the untimed calls go on until they
+// have also taken that long (wall clock, GPU work included): a GPU at its power limit lowers its clock
+// within about a tenth of a second of sustained load, so every measurement then sees the clock the
+// kernel itself settles at, whatever ran before it. Stops at the first call that returns an error.
 Status time_calls(bool on_gpu, int warmup, int repeat, const std::function<Status()>& call,
-                  std::vector<double>* times_ms);
+                  std::vector<double>* times_ms, double min_warmup_ms = 0);
 
 // Waits for all work on the current device and reports any asynchronous kernel error.
 Status gpu_synchronize();
