@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Nsight Compute reports of the main kernels, one problem each, through the CLI (`flashattn run`).
+#
+# Usage: bash scripts/ncu_profile.sh [results-dir] [profile ...]
+#   profiles: fa3_d128_n8192 fa3_d128_n512 fa3_d64_n8192 fa3_d256_n8192 fa3_d128_n8192_causal
+#             decode_b1_32k decode_b64_4k fa2_bwd_d128_n8192   (default: all of them)
+# For each profile it writes <profile>.txt (the sections below, one launch after warm-up) and, for the
+# fa3 profiles, <profile>_sass.csv.gz (per-instruction samples: where the warps stall). Clocks are left as
+# they are (--clock-control none). Environment: FLASHATTN_BUILD_DIR (default build-gpu-check; built here
+# with FLASHATTN_CUDA_ARCHITECTURES, default 90a, when it holds no CLI), NCU (default ncu on PATH or in
+# /usr/local/cuda/bin).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${1:-$ROOT/bench/results/ncu-$(date -u +%Y%m%d-%H%M%S)}
+shift || true
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+BUILD=${FLASHATTN_BUILD_DIR:-$ROOT/build-gpu-check}
+export PATH=$PATH:/usr/local/cuda/bin
+NCU=${NCU:-$(command -v ncu || true)}
+[ -n "$NCU" ] || { echo "ncu_profile: no ncu on PATH or in /usr/local/cuda/bin" >&2; exit 1; }
+
+if [ ! -x "$BUILD/flashattn" ]; then
+  GEN=()
+  command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+  cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
+        "-DFLASHATTN_CUDA_ARCHITECTURES=${FLASHATTN_CUDA_ARCHITECTURES:-90a}" >"$OUT/ncu_build.log" 2>&1 &&
+    cmake --build "$BUILD" -j "$(nproc)" --target flashattn_cli >>"$OUT/ncu_build.log" 2>&1 ||
+    { echo "ncu_profile: build failed ($OUT/ncu_build.log)" >&2; exit 1; }
+fi
+CLI=$BUILD/flashattn
+
+SECTIONS=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+          --section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats
+          --section InstructionStats --section SourceCounters)
+
+# name | kernel regex | flashattn run arguments
+PROFILES=(
+  "fa3_d128_n8192|fa3_fwd_kernel|--algo fa3 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192"
+  "fa3_d128_n512|fa3_fwd_kernel|--algo fa3 --batch 32 --heads 16 --head-dim 128 --seqlen-q 512"
+  "fa3_d64_n8192|fa3_fwd_kernel|--algo fa3 --batch 2 --heads 32 --head-dim 64 --seqlen-q 8192"
+  "fa3_d256_n8192|fa3_fwd_kernel|--algo fa3 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192"
+  "fa3_d128_n8192_causal|fa3_fwd_kernel|--algo fa3 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --causal"
+  "decode_b1_32k|decode_splitkv_kernel|--kv-cache --batch 1 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 32768"
+  "decode_b64_4k|decode_splitkv_kernel|--kv-cache --batch 64 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 4096"
+  "fa2_bwd_d128_n8192|dkdv_kernel|--algo fa2 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --backward"
+)
+
+want=("$@")
+selected() {
+  [ ${#want[@]} -eq 0 ] && return 0
+  local w
+  for w in "${want[@]}"; do [ "$w" = "$1" ] && return 0; done
+  return 1
+}
+
+rc=0
+for entry in "${PROFILES[@]}"; do
+  IFS='|' read -r name kernel args <<<"$entry"
+  selected "$name" || continue
+  echo "ncu_profile: $name"
+  rep="$OUT/$name"
+  # shellcheck disable=SC2086
+  if ! "$NCU" --clock-control none -k "regex:$kernel" -s 2 -c 1 "${SECTIONS[@]}" --import-source no \
+       -f -o "$rep" "$CLI" run $args --repeat 1 --warmup 2 --samples 2 --seed 1 >"$rep.log" 2>&1; then
+    echo "ncu_profile: $name failed ($rep.log)" >&2
+    rc=1
+    continue
+  fi
+  "$NCU" --import "$rep.ncu-rep" --print-details all >"$rep.txt" 2>&1
+  cat "$rep.log" >>"$rep.txt"
+  if [[ $name == fa3* ]]; then
+    "$NCU" --import "$rep.ncu-rep" --page source --print-source sass --csv 2>/dev/null | gzip -9 >"$rep"_sass.csv.gz
+  fi
+  rm -f "$rep.ncu-rep" "$rep.log"
+done
+exit $rc
