@@ -140,7 +140,7 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
                                 "exponent after the row max); fa2 runs other scales");
   if (p.total_q > INT_MAX || p.total_k > INT_MAX || p.batch * p.heads_q > INT_MAX / 256)
     return Status::NotSupported("algorithm fa3: more than 2^31 - 1 rows or tiles are not supported");
-  // out is held to the same rule (16-byte aligned rows), which covers the epilogue's 4-byte stores.
+  // out too: the epilogue writes it with 16-byte stores.
   for (const ForwardOperand& o : forward_operands(p)) {
     Status st = check_tma_operand(o.name, *o.s, o.rows, o.heads, p.batch, p.varlen);
     if (!st.ok()) return st;
