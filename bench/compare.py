@@ -2,7 +2,7 @@
 """Merge `flashattn bench --gpu --json` results with bench/peers_sdpa.py results into one file, and print
 how our algorithms compare with PyTorch SDPA's flash and cuDNN backends on the same shapes.
 
-The merged file records the commit (`git rev-parse HEAD`, else $FLASHATTN_COMMIT, else the commit our
+The merged file records the commit ($FLASHATTN_COMMIT, else `git rev-parse HEAD`, else the commit our
 JSON carries), the GPU name and driver, the date, the ceilings, every row of both inputs, and the
 comparison table: per (direction, d, N, causal) our TFLOP/s per algorithm, the peers', and the ratios
 best-of-ours / flash and best-of-ours / cuDNN, fa2 / flash and fa3 / cuDNN; plus fa2 against standard at
@@ -39,7 +39,8 @@ def load(path):
 
 
 def commit(ours):
-    return head_commit() or os.environ.get("FLASHATTN_COMMIT") or ours.get("commit") or "unknown"
+    # $FLASHATTN_COMMIT first: gpu_check.sh sets it where the checkout's git metadata may not match the tree.
+    return os.environ.get("FLASHATTN_COMMIT") or head_commit() or ours.get("commit") or "unknown"
 
 
 def key(row):
