@@ -152,7 +152,10 @@ int cmd_bench(int argc, char** argv, int first) {
                    "GPU (--gpu): the FlashAttention papers' sweep in bf16: 16384 tokens (batch = 16384 / seqlen),\n"
                    "hidden 2048 (heads = 2048 / head_dim), head_dim 64/128/256, seqlen 512..16k, causal and not,\n"
                    "forward and backward. FLOPs: forward 4*B*H*N*N*d (half for causal), backward 2.5x forward.\n"
-                   "CUDA events, warm-up, median of the timed runs. JSON rows carry the commit, machine and date.\n"
+                   "CUDA events, median of the timed runs after the warm-up runs and at least 200 ms of them (sweep\n"
+                   "and ablation: the GPU at its power limit settles at a lower clock within ~0.1 s, so every row\n"
+                   "is timed at its own sustained clock; bench/peers_sdpa.py does the same). JSON rows carry the\n"
+                   "commit, machine and date.\n"
                    "GPU --ablation: the FA3 paper's ablation at batch 4, seqlen 8448, 16 heads, head_dim 128, bf16,\n"
                    "non-causal: fa3 full, without warp specialization, without ping-pong, without intra-warpgroup\n"
                    "overlap, and fa2, in TFLOP/s (4*B*H*N*N*d) and as a share of full fa3. A variant the build or\n"
@@ -179,7 +182,8 @@ int cmd_bench(int argc, char** argv, int first) {
   parser.add_flag("decode", &o.decode, "GPU: the KV-cache (decode) bandwidth benchmark instead of the sweep");
   parser.add_int("threads", &o.threads, "T", "CPU worker threads (0 = all hardware threads)", 0, kMaxThreads);
   parser.add_int("repeat", &o.repeat, "R", "timed runs per shape (0 = 3 on cpu, 10 on gpu)", 0, kMaxRepeat);
-  parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu)", -1, kMaxRepeat);
+  parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu; sweep, ablation: >= 200 ms)", -1,
+                 kMaxRepeat);
   parser.add_text("json", &o.json_path, "FILE", "also write the results as JSON to FILE ('-' = stdout)");
   switch (parser.parse(argc, argv, first)) {
     case ArgParser::Outcome::kHelpShown: return kExitOk;
