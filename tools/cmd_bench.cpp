@@ -182,8 +182,8 @@ int cmd_bench(int argc, char** argv, int first) {
   parser.add_flag("decode", &o.decode, "GPU: the KV-cache (decode) bandwidth benchmark instead of the sweep");
   parser.add_int("threads", &o.threads, "T", "CPU worker threads (0 = all hardware threads)", 0, kMaxThreads);
   parser.add_int("repeat", &o.repeat, "R", "timed runs per shape (0 = 3 on cpu, 10 on gpu)", 0, kMaxRepeat);
-  parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu; sweep, ablation: >= 200 ms)", -1,
-                 kMaxRepeat);
+  parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu; sweep, ablation: >= 200 ms)",
+                 -1, kMaxRepeat);
   parser.add_text("json", &o.json_path, "FILE", "also write the results as JSON to FILE ('-' = stdout)");
   switch (parser.parse(argc, argv, first)) {
     case ArgParser::Outcome::kHelpShown: return kExitOk;

@@ -7,10 +7,10 @@
 //
 // Pipeline. Q has one buffer (q_full / q_empty), released as soon as the tile's last Q K^T has completed,
 // so the next tile's Q loads under the last P V and the epilogue; K and V rotate through kStages buffers
-// each with their own full/empty mbarriers, so Q K^T of a block can start before its V has landed. Block counters run on across tiles: the stage of the i-th block a CTA
-// ever handles is i % kStages and its phase (i / kStages) & 1. Consumers wait `full` with that parity; the
-// producer waits `empty` with the opposite parity (a fresh barrier counts as having completed the phase
-// before phase 0).
+// each with their own full/empty mbarriers, so Q K^T of a block can start before its V has landed. Block
+// counters run on across tiles: the stage of the i-th block a CTA ever handles is i % kStages and its
+// phase (i / kStages) & 1. Consumers wait `full` with that parity; the producer waits `empty` with the
+// opposite parity (a fresh barrier counts as having completed the phase before phase 0).
 //
 // Two levels of overlap:
 //  - Ping-pong between the consumer warpgroups: named barriers hand the right to issue GEMMs round the
@@ -325,8 +325,9 @@ struct Consumer {
 
   // The tile's first block (KV block n_last - 1, ring position `iter`): Q K^T only, its P V runs with the
   // next block's Q K^T. It always takes the per-element mask (correct for any block; the causal diagonal and
-  // the end of the keys fall in it whenever they fall in the tile). Peeled from the loop so that every loop iteration has the same wgmma groups in flight
-  // (ptxas serializes wgmma when it cannot prove which group a register read waits for).
+  // the end of the keys fall in it whenever they fall in the tile). Peeled from the loop so that every loop
+  // iteration has the same wgmma groups in flight (ptxas serializes wgmma when it cannot prove which group a
+  // register read waits for).
   __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int iter) {
     qk_now(st, w, 0, iter);
     float factor[2];
