@@ -92,6 +92,10 @@ void register_options(ArgParser* p, RunOptions* o) {
   p->add_int("threads", &o->threads, "T", "cpu worker threads (0 = all hardware threads)", 0, kMaxThreads);
   p->add_int("repeat", &o->repeat, "R", "timed runs, the median is reported (0 = 20 on cuda, 3 on cpu)", 0, kMaxRepeat);
   p->add_int("warmup", &o->warmup, "W", "untimed runs first (-1 = 3 on cuda, 1 on cpu)", -1, kMaxRepeat);
+  p->add_real("warmup-ms", &o->warmup_ms, "MS",
+              "and keep warming up until the untimed runs have taken MS ms (0 = off;\n"
+              "200 times a GPU at the clock it sustains under its power limit)",
+              0.0);
   p->add_int("samples", &o->samples, "K",
              "random rows checked against the float64 reference\n(the first and last row are always checked)", 0,
              kMaxSamples);
@@ -247,10 +251,10 @@ Status execute(const RunOptions& o, const Target& target, RunResult* r, const ch
   if (s = detail::make_problem(b.host_args(), &problem); !s.ok()) return s;
   r->scale = problem.scale;
   std::vector<double> times;
-  const std::string runs = std::to_string(o.warmup) + " warm-up + " + std::to_string(o.repeat) + " runs";
+  const std::string runs = warmup_text(o) + " + " + std::to_string(o.repeat) + " runs";
   progress.phase("timing the forward (" + runs + ")");
   s = time_calls(
-      gpu, o.warmup, o.repeat, [&] { return forward(args, &r->fwd_info); }, &times);
+      gpu, o.warmup, o.repeat, [&] { return forward(args, &r->fwd_info); }, &times, o.warmup_ms);
   progress.done();
   if (!s.ok()) return s;
   r->fwd = summarize(times, problem.forward_flops());
@@ -269,7 +273,7 @@ Status execute(const RunOptions& o, const Target& target, RunResult* r, const ch
   if (s = check_supported(bargs, &r->bwd_info); !s.ok()) return s;
   progress.phase("timing the backward (" + runs + ")");
   s = time_calls(
-      gpu, o.warmup, o.repeat, [&] { return backward(bargs, &r->bwd_info); }, &times);
+      gpu, o.warmup, o.repeat, [&] { return backward(bargs, &r->bwd_info); }, &times, o.warmup_ms);
   progress.done();
   if (!s.ok()) return s;
   r->bwd = summarize(times, kBackwardFlopFactor * r->fwd.flops);
@@ -395,7 +399,8 @@ int cmd_run(int argc, char** argv, int first) {
                    "                     [--head-dim D] [--causal] [--window L,R] [--softcap C] [--scale S]\n"
                    "                     [--dtype bf16|fp16|fp32] [--backend auto|cpu|cuda]\n"
                    "                     [--algo auto|standard|fa1|fa2|fa3] [--backward] [--deterministic]\n"
-                   "                     [--threads T] [--repeat R] [--warmup W] [--samples K] [--seed S] [--json]\n"
+                   "                     [--threads T] [--repeat R] [--warmup W] [--warmup-ms MS] [--samples K]\n"
+                   "                     [--seed S] [--json]\n"
                    "       flashattn run --kv-cache [--cache-len N[,N...]] [--new-tokens K] [--page-size P]\n"
                    "                     [--cache-capacity N] [--splits S] [--seqlen-q N] and the options above\n"
                    "                     but --seqlen-k, --backward and --deterministic",

@@ -322,10 +322,9 @@ Status execute(const RunOptions& o, KvBuffers* b, KvResult* r, const char** step
   *step = "forward_kvcache";
   const KVCacheArgs args = make_args(o, *b, mirrors, gpu);
   std::vector<double> times;
-  progress.phase("timing forward_kvcache (" + std::to_string(o.warmup) + " warm-up + " + std::to_string(o.repeat) +
-                 " runs)");
+  progress.phase("timing forward_kvcache (" + warmup_text(o) + " + " + std::to_string(o.repeat) + " runs)");
   Status s = time_calls(
-      gpu, o.warmup, o.repeat, [&] { return forward_kvcache(args, &r->info); }, &times);
+      gpu, o.warmup, o.repeat, [&] { return forward_kvcache(args, &r->info); }, &times, o.warmup_ms);
   progress.done();
   if (!s.ok()) return s;
   int64_t keys = 0;

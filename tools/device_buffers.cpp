@@ -269,7 +269,9 @@ Status time_calls(bool on_gpu, int warmup, int repeat, const std::function<Statu
   times_ms->clear();
   if (on_gpu) return time_gpu(warmup, repeat, call, times_ms, min_warmup_ms);
   using Clock = std::chrono::steady_clock;
-  for (int i = 0; i < warmup; ++i) {
+  const Clock::time_point begin = Clock::now();
+  for (int i = 0; i < warmup || std::chrono::duration<double, std::milli>(Clock::now() - begin).count() < min_warmup_ms;
+       ++i) {
     Status s = call();
     if (!s.ok()) return s;
   }

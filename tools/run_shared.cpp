@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "cli_common.h"
 #include "reference/harness.h"
@@ -35,6 +36,12 @@ Timing summarize(const std::vector<double>& times_ms, double flops) {
   t.median_ms = median(times_ms);
   t.min_ms = times_ms.empty() ? 0 : *std::min_element(times_ms.begin(), times_ms.end());
   return t;
+}
+
+std::string warmup_text(const RunOptions& o) {
+  std::string text = std::to_string(o.warmup) + " warm-up";
+  if (o.warmup_ms > 0) text += " (>= " + std::to_string(int64_t(o.warmup_ms + 0.5)) + " ms)";
+  return text;
 }
 
 std::vector<reference::RowId> sample_rows(int64_t batch, int64_t heads_q, int64_t seqlen_q, int samples,

@@ -32,6 +32,7 @@ struct RunOptions {
   Algorithm algorithm = Algorithm::kAuto;
   bool backward = false, deterministic = false, json = false;
   int threads = 0, repeat = 0, warmup = -1, samples = kRunDefaultSampledRows;
+  double warmup_ms = 0;  // the untimed runs go on until they have also taken this long
   uint64_t seed = 0;
 
   // KV-cache mode (--kv-cache): forward_kvcache on a cache filled with random tokens.
@@ -52,6 +53,9 @@ struct Timing {
 
 // Median and min of the timed calls, and the FLOPs they count.
 Timing summarize(const std::vector<double>& times_ms, double flops);
+
+// "3 warm-up" or, with --warmup-ms, "3 warm-up (>= 200 ms)": the progress line's account of the warm-up.
+std::string warmup_text(const RunOptions& o);
 
 struct RowCheck {
   int rows = 0;
