@@ -404,23 +404,34 @@ struct Consumer {
     if constexpr (Cfg::kIntraOverlap) pv_now(st, w, idx, iter);
   }
 
+  // Row 0 of the sequence of the tile's (batch, head) in out and in lse (nullptr: lse not requested); row r
+  // is r row strides further. Computed once per tile: the offsets of a varlen batch are loads.
+  __device__ T* out_rows(const TileWork& w) const {
+    const AttnParams& a = p.attn;
+    return static_cast<T*>(a.out.ptr) + w.batch * a.out.batch_stride + w.head * a.out.head_stride +
+           int64_t(a.q_offset(w.batch)) * a.out.row_stride;
+  }
+  __device__ float* lse_rows(const TileWork& w) const {
+    const AttnParams& a = p.attn;
+    if (a.lse.ptr == nullptr) return nullptr;
+    return static_cast<float*>(a.lse.ptr) + w.batch * a.lse.batch_stride + w.head * a.lse.head_stride +
+           int64_t(a.q_offset(w.batch)) * a.lse.row_stride;
+  }
+
   __device__ void write_empty_rows(const TileWork& w) {
     // Rows that see no key: O = 0 and LSE = -inf, as the reference defines them.
-    const AttnParams& a = p.attn;
     constexpr int kChunks = Cfg::kHeadDim / 8;
-    T* out = static_cast<T*>(a.out.ptr) + w.batch * a.out.batch_stride + w.head * a.out.head_stride;
+    const int64_t out_stride = p.attn.out.row_stride;
+    T* out = out_rows(w);
     for (int idx = tid; idx < Cfg::kRowsPerWarpgroup * kChunks; idx += kWarpgroupThreads) {
       const int row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + idx / kChunks;
       if (row < w.len_q)
-        *reinterpret_cast<uint4*>(out + (int64_t(a.q_offset(w.batch)) + row) * a.out.row_stride +
-                                  (idx % kChunks) * 8) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(out + row * out_stride + (idx % kChunks) * 8) = make_uint4(0, 0, 0, 0);
     }
-    float* lse = static_cast<float*>(a.lse.ptr);
+    float* lse = lse_rows(w);
     if (lse != nullptr && tid < Cfg::kRowsPerWarpgroup) {
       const int row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + tid;
-      if (row < w.len_q)
-        lse[w.batch * a.lse.batch_stride + w.head * a.lse.head_stride +
-            (int64_t(a.q_offset(w.batch)) + row) * a.lse.row_stride] = core::kNegInf;
+      if (row < w.len_q) lse[row * p.attn.lse.row_stride] = core::kNegInf;
     }
   }
 
@@ -438,22 +449,19 @@ struct Consumer {
   // leaves thread t of the quad with all four pairs of block t in order: one 16-byte store. (A 4-byte store
   // per pair, whose warp-wide store touches 8 rows, measured 10% slower at N 512-1024, head dim 256.)
   __device__ void epilogue(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w) {
-    const AttnParams& a = p.attn;
     float inv[2];
-    float* lse = static_cast<float*>(a.lse.ptr);
+    float* lse = lse_rows(w);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float sum = quad_sum(st.row_sum[h]);
       inv[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
       const int row = sp.row0 + 8 * h;
-      if (lse != nullptr && quad() == 0 && row < w.len_q) {
-        lse[w.batch * a.lse.batch_stride + w.head * a.lse.head_stride +
-            (int64_t(a.q_offset(w.batch)) + row) * a.lse.row_stride] =
+      if (lse != nullptr && quad() == 0 && row < w.len_q)
+        lse[row * p.attn.lse.row_stride] =
             sum > 0.0f ? (st.row_max[h] * sp.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
-      }
     }
-    T* out = static_cast<T*>(a.out.ptr) + w.batch * a.out.batch_stride + w.head * a.out.head_stride +
-             int64_t(a.q_offset(w.batch)) * a.out.row_stride + 8 * quad();
+    const int64_t out_stride = p.attn.out.row_stride;
+    T* out = out_rows(w) + 8 * quad();
     const bool odd = (quad() & 1) != 0, upper = (quad() & 2) != 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -478,7 +486,7 @@ struct Consumer {
           v[k] = upper ? recv : v[k];
           v[k + 2] = upper ? v[k + 2] : recv;
         }
-        if (row < w.len_q) store_global_16(out + int64_t(row) * a.out.row_stride + 32 * c, v[0], v[1], v[2], v[3]);
+        if (row < w.len_q) store_global_16(out + row * out_stride + 32 * c, v[0], v[1], v[2], v[3]);
       }
     }
   }
