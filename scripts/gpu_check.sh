@@ -193,13 +193,14 @@ fi
 BIN=$CLI
 [ -x "$BIN" ] || BIN=$GPU_TESTS
 if command -v cuobjdump >/dev/null 2>&1 && [ -x "$BIN" ]; then
-  cuobjdump --dump-sass "$BIN" 2>/dev/null | awk '
+  cuobjdump --dump-sass "$BIN" >"$TMP/sass.txt" 2>/dev/null  # read by both checks below
+  awk '
     /code for sm_/ { arch = $NF }
     /Function :/   { if (name != "") printf "%-8s %6d %6d\t%s\n", arch, h, g, name; name = $NF; h = g = 0; next }
     /HGMMA/ { ++g; next }
     /HMMA/  { ++h }
     END { if (name != "") printf "%-8s %6d %6d\t%s\n", arch, h, g, name }
-  ' | demangle | grep -E 'fa[123]_|fa[123]::' | awk -F'\t' '{ printf "%s  %s\n", $1, substr($2, 1, 160) }' >>"$SASS"
+  ' "$TMP/sass.txt" | demangle | grep -E 'fa[123]_|fa[123]::' | awk -F'\t' '{ printf "%s  %s\n", $1, substr($2, 1, 160) }' >>"$SASS"
   fa2_kernels=$(grep -c 'fa2' "$SASS")
   fa2_hmma=$(awk '/fa2/ { s += $2 } END { print s + 0 }' "$SASS")
   fa2_hgmma=$(awk '/fa2/ { s += $3 } END { print s + 0 }' "$SASS")
@@ -214,13 +215,13 @@ if command -v cuobjdump >/dev/null 2>&1 && [ -x "$BIN" ]; then
   {
     echo
     echo "# fa3 intra-warpgroup overlap in the SASS: main-loop blocks whose softmax starts before / after the P V wait"
-    cuobjdump --dump-sass "$BIN" 2>/dev/null | awk '
+    awk '
       /Function :/ { if (name ~ /fa3_fwd_kernel/) printf "%5d %5d\t%s\n", good, bad, name; name = $NF; good = bad = st = 0; next }
       /WARPGROUP.DEPBAR.LE gsb0, 0x1/ { st = 1; next }
       /FMNMX.*-INF/ { if (st == 1) st = 2; next }
       /WARPGROUP.DEPBAR.LE gsb0, 0x0/ { if (st == 2) ++good; else if (st == 1) ++bad; st = 0 }
       END { if (name ~ /fa3_fwd_kernel/) printf "%5d %5d\t%s\n", good, bad, name }
-    ' | demangle | awk -F'\t' '{ printf "%s  %s\n", $1, substr($2, 1, 160) }'
+    ' "$TMP/sass.txt" | demangle | awk -F'\t' '{ printf "%s  %s\n", $1, substr($2, 1, 160) }'
   } >"$TMP/overlap.txt"
   cat "$TMP/overlap.txt" >>"$SASS"
   ov_bad=$(awk 'NR > 2 && $2 > 0' "$TMP/overlap.txt" | wc -l)
