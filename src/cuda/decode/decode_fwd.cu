@@ -69,17 +69,24 @@ Status check_cache_alignment(const char* name, const detail::CacheStrided& c, in
   return Status::Ok();
 }
 
+// The cache addressing that the attention and the append kernels both take: the caches, the cached lengths,
+// the block table (nullptr: contiguous) and the page size (1 when contiguous).
+template <typename Params>
+void set_cache_fields(const detail::KVCacheProblem& p, Params* d) {
+  d->k_cache = to_params(p.k_cache);
+  d->v_cache = to_params(p.v_cache);
+  d->cache_seqlens = p.device_cache_seqlens;
+  d->block_table = p.paged ? p.device_block_table : nullptr;
+  d->block_table_row_stride = p.device_block_table_row_stride;
+  d->page_size = decltype(d->page_size)(p.paged ? p.page_size : 1);
+}
+
 DecodeParams make_params(const detail::KVCacheProblem& p, int64_t splits) {
   DecodeParams d{};
   d.q = to_params(p.q);
   d.out = to_params(p.out);
   d.lse = to_params(p.lse);
-  d.k_cache = to_params(p.k_cache);
-  d.v_cache = to_params(p.v_cache);
-  d.cache_seqlens = p.device_cache_seqlens;
-  d.block_table = p.paged ? p.device_block_table : nullptr;
-  d.block_table_row_stride = p.device_block_table_row_stride;
-  d.page_size = int(p.paged ? p.page_size : 1);
+  set_cache_fields(p, &d);
   d.batch = int(p.batch);
   d.heads_kv = int(p.heads_kv);
   d.group = int(p.group());
@@ -106,12 +113,7 @@ decode::AppendParams make_append_params(const detail::KVCacheProblem& p) {
   decode::AppendParams a{};
   a.k_new = to_params(p.k_new);
   a.v_new = to_params(p.v_new);
-  a.k_cache = to_params(p.k_cache);
-  a.v_cache = to_params(p.v_cache);
-  a.cache_seqlens = p.device_cache_seqlens;
-  a.block_table = p.paged ? p.device_block_table : nullptr;
-  a.block_table_row_stride = p.device_block_table_row_stride;
-  a.page_size = p.paged ? p.page_size : 1;
+  set_cache_fields(p, &a);
   a.batch = p.batch;
   a.seqlen_new = p.seqlen_new;
   a.heads_kv = p.heads_kv;
