@@ -148,6 +148,23 @@ struct Options {
   uint64_t stream = 0;
 };
 
+// The scalar options onto AttentionArgs or KVCacheArgs, which name them alike (deterministic is the
+// caller's: only AttentionArgs has it). Unknown backend or algorithm names raise ValueError.
+template <typename Args>
+void apply_options(const Options& o, Args* a) {
+  a->softmax_scale = float(o.softmax_scale);
+  a->causal = o.causal;
+  a->window_left = o.window_left;
+  a->window_right = o.window_right;
+  a->softcap = float(o.softcap);
+  if (!parse_backend(o.backend, &a->backend))
+    raise(PyExc_ValueError, "backend: unknown name '" + o.backend + "'; expected auto, cpu or cuda");
+  if (!parse_algorithm(o.algo, &a->algorithm))
+    raise(PyExc_ValueError, "algo: unknown name '" + o.algo + "'; expected auto, standard, fa1, fa2 or fa3");
+  a->num_threads = o.num_threads;
+  a->stream = reinterpret_cast<void*>(uintptr_t(o.stream));
+}
+
 // q arrives converted (and its dtype checked) so that its errors come first, whatever order the
 // caller's other conversions run in.
 AttentionArgs make_args(const TensorView& q, const InArray& k, const InArray& v, const TensorView& out,
@@ -176,18 +193,8 @@ AttentionArgs make_args(const TensorView& q, const InArray& k, const InArray& v,
   }
   a.max_seqlen_q = max_seqlen_q;
   a.max_seqlen_k = max_seqlen_k;
-  a.softmax_scale = float(o.softmax_scale);
-  a.causal = o.causal;
-  a.window_left = o.window_left;
-  a.window_right = o.window_right;
-  a.softcap = float(o.softcap);
-  if (!parse_backend(o.backend, &a.backend))
-    raise(PyExc_ValueError, "backend: unknown name '" + o.backend + "'; expected auto, cpu or cuda");
-  if (!parse_algorithm(o.algo, &a.algorithm))
-    raise(PyExc_ValueError, "algo: unknown name '" + o.algo + "'; expected auto, standard, fa1, fa2 or fa3");
+  apply_options(o, &a);
   a.deterministic = o.deterministic;
-  a.num_threads = o.num_threads;
-  a.stream = reinterpret_cast<void*>(uintptr_t(o.stream));
   return a;
 }
 
@@ -285,18 +292,10 @@ nb::dict py_forward_kvcache(const InArray& q, const OutArray& k_cache, const Out
     a.lse = to_view("lse", *lse);
     require_dtype("lse", a.lse, DType::kFloat32, "the log-sum-exp is always float32");
   }
-  a.softmax_scale = float(softmax_scale);
-  a.causal = causal;
-  a.window_left = window_left;
-  a.window_right = window_right;
-  a.softcap = float(softcap);
   a.num_splits = num_splits;
-  if (!parse_backend(backend, &a.backend))
-    raise(PyExc_ValueError, "backend: unknown name '" + backend + "'; expected auto, cpu or cuda");
-  if (!parse_algorithm(algo, &a.algorithm))
-    raise(PyExc_ValueError, "algo: unknown name '" + algo + "'; expected auto, standard, fa1, fa2 or fa3");
-  a.num_threads = num_threads;
-  a.stream = reinterpret_cast<void*>(uintptr_t(stream));
+  apply_options(Options{softmax_scale, causal, window_left, window_right, softcap, backend, algo, false, num_threads,
+                        stream},
+                &a);
   RunInfo info;
   Status s;
   {
