@@ -115,8 +115,8 @@ struct WarpKVLoader {
         const int col = col0 + c * Cfg::kLanesPerRow * kChunkElems;
         const bool ok = row_ok && col < head_dim;
         // With ok false the copy reads nothing (src-size 0), so the address may lie outside the cache.
-        cp_async_16(dst_k + r * Cfg::kSmemStride + col, k_base + k_off + col, ok);
-        cp_async_16(dst_v + r * Cfg::kSmemStride + col, v_base + v_off + col, ok);
+        cp_async_16_prefetch_128(dst_k + r * Cfg::kSmemStride + col, k_base + k_off + col, ok);
+        cp_async_16_prefetch_128(dst_v + r * Cfg::kSmemStride + col, v_base + v_off + col, ok);
       }
     }
     prefetch(next_block);
