@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
     {
       float s[Cfg::kSRowTiles][Cfg::kSColTiles][4];
       zero(s);
-      warp_mma<T, Cfg::kSRowTiles, Cfg::kSColTiles, kD / kMmaK>(
+      warp_mma<T, Cfg::kSRowTiles, Cfg::kSColTiles, kD / kMmaK, Cfg::kUnrollK>(
           s, [&](uint32_t(&f)[4], int mt, int kk) { load_a(f, sQ, Cfg::kStrideD, s_row + mt * kMmaM, kk * kMmaK, lane); },
           [&](uint32_t(&f)[2][2], int np, int kk) {
             load_b_nk(f, sK, Cfg::kStrideD, s_col + np * 2 * kMmaN, kk * kMmaK, lane);
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         const int col0 = s_col + pass * kTiles * kMmaN;
         float dp[Cfg::kSRowTiles][kTiles][4];
         zero(dp);
-        warp_mma<T, Cfg::kSRowTiles, kTiles, kD / kMmaK>(
+        warp_mma<T, Cfg::kSRowTiles, kTiles, kD / kMmaK, Cfg::kUnrollK>(
             dp,
             [&](uint32_t(&f)[4], int mt, int kk) {
               load_a(f, sDo, Cfg::kStrideD, s_row + mt * kMmaM, kk * kMmaK, lane);
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
     __syncthreads();  // P and dS complete before any warp reads them transposed
 
     // ---- dV += P^T dO, dK += dS^T Q ----
-    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK>(
+    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kUnrollK>(
         dv,
         [&](uint32_t(&f)[4], int mt, int kk) {
           load_a_trans(f, sP, Cfg::kStrideN, kk * kMmaK, kv_row + mt * kMmaM, lane);
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         [&](uint32_t(&f)[2][2], int np, int kk) {
           load_b_kn(f, sDo, Cfg::kStrideD, kk * kMmaK, kv_col + np * 2 * kMmaN, lane);
         });
-    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK>(
+    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kUnrollK>(
         dk,
         [&](uint32_t(&f)[4], int mt, int kk) {
           load_a_trans(f, sDs, Cfg::kStrideN, kk * kMmaK, kv_row + mt * kMmaM, lane);
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         const int col0 = q_col + pass * kTiles * kMmaN;
         float dq[Cfg::kQRowTiles][kTiles][4];
         zero(dq);
-        warp_mma<T, Cfg::kQRowTiles, kTiles, kN / kMmaK>(
+        warp_mma<T, Cfg::kQRowTiles, kTiles, kN / kMmaK, Cfg::kUnrollK>(
             dq,
             [&](uint32_t(&f)[4], int mt, int kk) {
               load_a(f, sDs, Cfg::kStrideN, q_row + mt * kMmaM, kk * kMmaK, lane);

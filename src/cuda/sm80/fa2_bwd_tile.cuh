@@ -102,10 +102,12 @@ __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
 // A fragment of row tile mt at k-step kk; load_b(b, np, kk) the B fragments of column tiles 2np, 2np+1.
 // Each A fragment is reused across all NT column tiles and each B fragment across all MT row tiles,
 // which is what makes square-ish warp tiles cheaper in shared-memory reads than thin ones.
-template <typename T, int MT, int NT, int kSteps, class LoadA, class LoadB>
+// kUnrollK k-steps are unrolled at a time (kSteps or more: all of them).
+template <typename T, int MT, int NT, int kSteps, int kUnrollK, class LoadA, class LoadB>
 __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA&& load_a, LoadB&& load_b) {
   static_assert(NT % 2 == 0, "B fragments are loaded for pairs of 8-column tiles");
-#pragma unroll
+  static_assert(kUnrollK >= 1, "unroll at least one k-step");
+#pragma unroll kUnrollK
   for (int kk = 0; kk < kSteps; ++kk) {
     uint32_t a[MT][4];
 #pragma unroll
