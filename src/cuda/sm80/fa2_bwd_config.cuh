@@ -52,9 +52,9 @@ struct DkdvConfig {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kStages = 2;  // query-side tiles (Q, dO, LSE, D) are double-buffered
-  // k-steps of each tile product unrolled at once. The fully unrolled loop body is ~70 KB of SASS and
+  // k-steps of each tile product unrolled at once. The fully unrolled kernel is ~73 KB of SASS and
   // the warps stall on instruction fetch; two k-steps at a time measured 3% (d 128) and 6% (d 64) faster
-  // on the H200, while at d 256 the full unroll stays 2% ahead (docs/generations.md).
+  // on the H200, while at d 256 the full unroll stays 2% ahead (docs/performance.md).
   static constexpr int kUnrollK = kHeadDim <= 128 ? 2 : kHeadDim / kMmaK;  // the most k-steps of any product
 
   // Warp grids of the three products. Each names how many warps split the rows; the others split the
