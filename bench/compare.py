@@ -127,7 +127,8 @@ def decode_table(ours, peers):
         if "TBps" not in r:
             continue
         e = {"b": int(r["b"]), "seqlen_k": int(r["seqlen_k"]), "layout": r["layout"], "ours_TBps": r["TBps"],
-             "ours_api_TBps": r.get("api_TBps"), "ours_fraction_of_copy": r.get("fraction_of_copy")}
+             "ours_api_TBps": r.get("api_TBps"), "ours_trusted_TBps": r.get("trusted_TBps"),
+             "ours_fraction_of_copy": r.get("fraction_of_copy")}
         for peer in PEERS:
             p = peer_rows.get((e["b"], e["seqlen_k"], e["layout"], peer))
             if p:
@@ -146,12 +147,13 @@ def decode_main(args, ours, peers):
     print(f"device copy ceiling: {fmt(ceil['flashattn_copy_TBps'], '5.2f')} TB/s (flashattn run), "
           f"{fmt(ceil['peers_copy_TBps'], '5.2f')} TB/s (peers run)")
     print("decode TB/s (K and V read once); ratios: flashattn kernel / peer")
-    print(f"{'b':>3s} {'seqlen_k':>8s} {'layout':10s} {'kernel':>7s} {'of copy':>7s} {'api':>7s}"
+    print(f"{'b':>3s} {'seqlen_k':>8s} {'layout':10s} {'kernel':>7s} {'of copy':>7s} {'api':>7s} {'trusted':>7s}"
           + "".join(f" {p:>7s}" for p in PEERS) + "".join(f" {'/' + p:>7s}" for p in PEERS))
     for e in table:
         frac = e.get("ours_fraction_of_copy")
         line = f"{e['b']:3d} {e['seqlen_k']:8d} {e['layout']:10s} {fmt(e['ours_TBps'], '7.2f')} "
         line += f"{fmt(100 * frac if frac is not None else None, '6.0f')}% {fmt(e.get('ours_api_TBps'), '7.2f')}"
+        line += f" {fmt(e.get('ours_trusted_TBps'), '7.2f')}"
         line += "".join(" " + fmt(e.get(p + "_TBps"), "7.2f") for p in PEERS)
         line += "".join(" " + fmt(e.get("ratio_" + p), "7.2f") for p in PEERS)
         print(line)

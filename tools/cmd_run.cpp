@@ -42,7 +42,8 @@ constexpr double kBackwardFlopFactor = 2.5;  // the FlashAttention papers' conve
 constexpr double kFlopsPerTera = 1e12;
 constexpr double kFlopsPerGiga = 1e9;
 // The options that only the KV-cache mode reads, and those that only the attention mode reads.
-constexpr const char* kKvOnlyOptions[] = {"cache-len", "new-tokens", "page-size", "cache-capacity", "splits"};
+constexpr const char* kKvOnlyOptions[] = {"cache-len",      "new-tokens", "page-size",
+                                          "cache-capacity", "splits",     "no-check-indices"};
 constexpr const char* kAttentionOnlyOptions[] = {"seqlen-k", "backward", "deterministic"};
 
 // A dimension of the problem: an integer in [1, kMaxExtent].
@@ -115,6 +116,8 @@ void register_options(ArgParser* p, RunOptions* o) {
              "--kv-cache: tokens each sequence's cache holds (0 = cache-len +\nnew-tokens)", 0, kMaxExtent);
   p->add_int("splits", &o->splits, "S", "--kv-cache: KV splits per sequence (0 = the library's heuristic)", 0,
              kMaxKVSplits);
+  p->add_flag("no-check-indices", &o->no_check_indices,
+              "--kv-cache: trust cache_seqlens and block_table in device memory\n(no host copy, no stream wait)");
 }
 
 // The first option given that the chosen mode does not read, or nullptr.
@@ -402,8 +405,9 @@ int cmd_run(int argc, char** argv, int first) {
                    "                     [--threads T] [--repeat R] [--warmup W] [--warmup-ms MS] [--samples K]\n"
                    "                     [--seed S] [--json]\n"
                    "       flashattn run --kv-cache [--cache-len N[,N...]] [--new-tokens K] [--page-size P]\n"
-                   "                     [--cache-capacity N] [--splits S] [--seqlen-q N] and the options above\n"
-                   "                     but --seqlen-k, --backward and --deterministic",
+                   "                     [--cache-capacity N] [--splits S] [--no-check-indices] [--seqlen-q N]\n"
+                   "                     and the options above"
+                   " but --seqlen-k, --backward and --deterministic",
                    "Runs one attention problem on random inputs (seeded; the seed is printed), times it\n"
                    "(warm-up, then the median of R runs; CUDA events on the GPU) and checks sampled rows\n"
                    "against the float64 reference. With --backward the gradients of a reduced copy of the\n"

@@ -206,6 +206,7 @@ KVCacheArgs make_args(const RunOptions& o, const KvBuffers& b, const Placement& 
   a.window_right = o.window_right;
   a.softcap = float(o.softcap);
   a.num_splits = o.splits;
+  a.check_indices = !o.no_check_indices;
   a.backend = o.backend;
   a.algorithm = o.algorithm;
   a.num_threads = o.threads;
@@ -367,6 +368,7 @@ std::string describe(const RunOptions& o, const CacheLayout& l) {
   if (o.softcap > 0) s << " cap" << o.softcap;
   if (o.scale > 0) s << " scale" << o.scale;
   s << " splits " << (o.splits > 0 ? std::to_string(o.splits) : "auto");
+  if (o.no_check_indices) s << " unchecked-indices";
   return s.str();
 }
 
@@ -378,7 +380,7 @@ void report_json(const RunOptions& o, const KvResult& r, bool pass) {
   j.field("batch", l.batch).field("seqlen_q", o.seqlen_q).key("cache_lens").begin_array();
   for (int32_t n : l.lens) j.value(int64_t(n));
   j.end_array().field("new_tokens", l.new_tokens).field("capacity", l.capacity).field("page_size", l.page_size);
-  j.field("splits", o.splits).field("heads", o.heads).field("heads_kv", o.heads_kv).field("head_dim", o.head_dim);
+  j.field("splits", o.splits).field("check_indices", !o.no_check_indices).field("heads", o.heads).field("heads_kv", o.heads_kv).field("head_dim", o.head_dim);
   j.field("causal", o.causal).field("window_left", o.window_left).field("window_right", o.window_right);
   j.field("softcap", o.softcap).field("scale", r.scale).field("dtype", to_string(o.dtype)).end_object();
   j.field("backend", to_string(r.info.backend)).field("algorithm", to_string(r.info.algorithm));

@@ -42,6 +42,7 @@ struct RunOptions {
   int64_t page_size = 0;                  // 0: contiguous cache
   int64_t cache_capacity = 0;             // tokens per sequence; 0: just enough for cache + new tokens
   int splits = 0;                         // KV splits per sequence; 0: the library's heuristic
+  bool no_check_indices = false;          // KVCacheArgs::check_indices = false
 };
 
 struct Timing {

@@ -66,9 +66,10 @@ typedef struct flashattn_kvcache_args {
   int32_t algorithm;                 /* enum flashattn_algorithm */
   int32_t num_threads;
   void* stream;
+  int32_t check_indices; /* 1 (the default) = check cache_seqlens / block_table; 0 = trust CUDA ones */
 } flashattn_kvcache_args;
 
-/* Fills args with the defaults (everything absent, window -1, auto backend). */
+/* Fills args with the defaults (everything absent, window -1, auto backend, check_indices 1). */
 void flashattn_attention_args_init(flashattn_attention_args* args);
 void flashattn_backward_args_init(flashattn_backward_args* args);
 void flashattn_kvcache_args_init(flashattn_kvcache_args* args);

@@ -20,6 +20,8 @@
 // sits at the last key), and a query row that sees no key gets out = 0 and lse = -inf.
 //
 // Errors leave every tensor unchanged, the caches included: all checks run before anything is written.
+// Checking cache_seqlens and block_table in device memory means copying them to the host and waiting for
+// the stream; KVCacheArgs::check_indices = false skips that (see there).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,15 @@ struct KVCacheArgs {
   // KV splits per sequence: 0 lets the backend choose; 1..kMaxKVSplits forces that many (never more than
   // the sequence has keys). The chosen count changes only the rounding, never the math.
   int num_splits = 0;
+
+  // true: cache_seqlens and block_table are checked before anything runs (a length below 0 or past the
+  // capacity, or a page index outside the cache, is an error and nothing is written). With the index
+  // tensors in CUDA memory that costs a device-to-host copy and a wait for the stream on every call.
+  // false: CUDA index tensors are trusted and never read by the host, so the call does not synchronize (and
+  // can be queued ahead or recorded into a CUDA graph). The kernels clamp what they read into range (a
+  // length into [0, capacity - seqlen_new], a page index into [0, num_pages)), so bad indices give wrong
+  // results but no access outside the caches. Index tensors in host memory are always checked.
+  bool check_indices = true;
 
   Backend backend = Backend::kAuto;
   Algorithm algorithm = Algorithm::kAuto;

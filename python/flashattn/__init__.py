@@ -120,7 +120,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, num_splits=0,
-                            return_softmax_lse=False, *, backend="auto", stream=None, rotary_cos=None,
+                            return_softmax_lse=False, *, check_indices=True, backend="auto", stream=None,
+                            rotary_cos=None,
                             rotary_sin=None, rotary_interleaved=True, cache_batch_idx=None, cache_leftpad=None,
                             alibi_slopes=None):
     """Attention of new query tokens over a KV cache (decode), appending k/v to the cache in place first.
@@ -139,6 +140,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     splits per sequence, 0 lets the library choose (1..128 forces that many). return_softmax_lse: also return
     the float32 log-sum-exp [batch, heads_q, seqlen_q]. The caches must be writable and have a contiguous
     last dimension (they are never copied); inputs with a strided last dimension are copied.
+    check_indices: True checks cache_seqlens and block_table first (bad ones raise and nothing is written),
+    which for GPU index arrays costs a copy to the host and a wait for the stream on every call. False
+    trusts GPU index arrays (no copy, no wait: the call can be queued ahead or captured in a CUDA graph);
+    the kernels then clamp bad lengths and page indices into the caches, giving wrong results instead of an
+    error. Host index arrays are always checked.
 
     Any error leaves the caches unchanged. rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad and
     alibi_slopes raise NotImplementedError when given (rotary_interleaved is ignored without rotary).
@@ -155,7 +161,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     scale = _arrays.softmax_scale(softmax_scale)
     window_left, window_right = _arrays.window(window_size)
     options = dict(softmax_scale=scale, causal=bool(causal), window_left=window_left, window_right=window_right,
-                   softcap=float(softcap), num_splits=int(num_splits), backend=backend)
+                   softcap=float(softcap), num_splits=int(num_splits), check_indices=bool(check_indices),
+                   backend=backend)
     if _is_torch(q):
         if stream is not None:
             raise ValueError(

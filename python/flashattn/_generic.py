@@ -119,6 +119,7 @@ def forward_kvcache(
     window_right: int,
     softcap: float,
     num_splits: int,
+    check_indices: bool,
     backend: str,
     stream: Any,
 ) -> Tuple[Any, Any]:
@@ -138,6 +139,7 @@ def forward_kvcache(
         q, k_cache, v_cache, cache_seqlens, out, lse,
         k_new=k_new, v_new=v_new, block_table=block_table,
         softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
-        softcap=softcap, num_splits=num_splits, backend=backend, stream=stream_handle,
+        softcap=softcap, num_splits=num_splits, check_indices=check_indices, backend=backend,
+        stream=stream_handle,
     )
     return back(out), back(lse)

@@ -179,7 +179,7 @@ def forward_kvcache(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
     cache_seqlens: Tensor, block_table: Optional[Tensor],
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, num_splits: int,
-    backend: str,
+    check_indices: bool, backend: str,
 ) -> Tuple[Tensor, Tensor]:
     """(out, lse) of decode attention; appends k_new/v_new to the caches in place first. No autograd (the
     caches are mutated, and decode needs no gradients): an eager call, not a custom op."""
@@ -193,6 +193,6 @@ def forward_kvcache(
         ext(q), ext(k_cache), ext(v_cache), ext(cache_seqlens), out, lse,
         k_new=ext(k_new), v_new=ext(v_new), block_table=ext(block_table),
         softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
-        softcap=softcap, num_splits=num_splits, backend=backend, stream=_stream(q),
+        softcap=softcap, num_splits=num_splits, check_indices=check_indices, backend=backend, stream=_stream(q),
     )
     return out, lse

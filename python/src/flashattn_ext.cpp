@@ -265,7 +265,8 @@ nb::dict py_forward_kvcache(const InArray& q, const OutArray& k_cache, const Out
                             const std::optional<InArray>& k_new, const std::optional<InArray>& v_new,
                             const std::optional<InArray>& block_table, double softmax_scale, bool causal,
                             int64_t window_left, int64_t window_right, double softcap, int num_splits,
-                            const std::string& backend, const std::string& algo, int num_threads, uint64_t stream) {
+                            bool check_indices, const std::string& backend, const std::string& algo,
+                            int num_threads, uint64_t stream) {
   KVCacheArgs a;
   a.q = float_view("q", q);
   a.k_cache = to_view("k_cache", k_cache);
@@ -293,6 +294,7 @@ nb::dict py_forward_kvcache(const InArray& q, const OutArray& k_cache, const Out
     require_dtype("lse", a.lse, DType::kFloat32, "the log-sum-exp is always float32");
   }
   a.num_splits = num_splits;
+  a.check_indices = check_indices;
   apply_options(Options{softmax_scale, causal, window_left, window_right, softcap, backend, algo, false, num_threads,
                         stream},
                 &a);
@@ -362,8 +364,8 @@ NB_MODULE(_ext, m) {
         nb::arg("k_new").none() = nb::none(), nb::arg("v_new").none() = nb::none(),
         nb::arg("block_table").none() = nb::none(), nb::arg("softmax_scale") = 0.0, nb::arg("causal") = false,
         nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("softcap") = 0.0,
-        nb::arg("num_splits") = 0, nb::arg("backend") = "auto", nb::arg("algo") = "auto",
-        nb::arg("num_threads") = 0, nb::arg("stream") = 0,
+        nb::arg("num_splits") = 0, nb::arg("check_indices") = true, nb::arg("backend") = "auto",
+        nb::arg("algo") = "auto", nb::arg("num_threads") = 0, nb::arg("stream") = 0,
         "Appends k_new/v_new to the caches in place, then attends q over them into the preallocated `out` "
         "(and `lse`); returns what ran.");
 

@@ -65,6 +65,7 @@ flashattn::KVCacheArgs to_kvcache_args(const flashattn_kvcache_args& c) {
   a.window_right = c.window_right;
   a.softcap = c.softcap;
   a.num_splits = c.num_splits;
+  a.check_indices = c.check_indices != 0;
   a.backend = static_cast<flashattn::Backend>(c.backend);
   a.algorithm = static_cast<flashattn::Algorithm>(c.algorithm);
   a.num_threads = c.num_threads;
@@ -99,6 +100,7 @@ void flashattn_kvcache_args_init(flashattn_kvcache_args* args) {
   std::memset(args, 0, sizeof(*args));
   args->window_left = -1;
   args->window_right = -1;
+  args->check_indices = 1;
 }
 
 flashattn_tensor flashattn_tensor_contiguous(void* data, int32_t dtype, int32_t device, int32_t ndim,

@@ -41,6 +41,9 @@ struct KVCacheProblem {
 
   // Validated host copies of the index tensors (read by host code and CPU kernels), and the caller's
   // pointers (read by device kernels). block_table is stored densely: entry (b, i) at b * max_pages_per_seq + i.
+  // indices_on_host false (check_indices off, CUDA indices): the host copies are empty and only the
+  // device pointers exist; len_k, mask and cache_row must not be called then.
+  bool indices_on_host = true;
   std::vector<int32_t> cache_seqlens;
   std::vector<int32_t> block_table;
   const int32_t* device_cache_seqlens = nullptr;
@@ -66,7 +69,9 @@ struct KVCacheProblem {
   bool has_new() const { return k_new.present(); }
   // Keys sequence b attends over: the cached tokens plus the appended ones.
   int64_t len_k(int64_t b) const { return int64_t(cache_seqlens[size_t(b)]) + seqlen_new; }
+  // The longest sequence's keys; without host copies of the lengths, the most any sequence can have.
   int64_t max_len_k() const {
+    if (!indices_on_host) return capacity;
     int64_t m = 0;
     for (int64_t b = 0; b < batch; ++b) m = len_k(b) > m ? len_k(b) : m;
     return m;

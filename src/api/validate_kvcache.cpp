@@ -151,8 +151,31 @@ Status fill_indices(const KVCacheArgs& a, KVCacheProblem* p) {
   if (reinterpret_cast<uintptr_t>(cs.data) % alignof(int32_t) != 0)
     return invalid("cache_seqlens: data pointer is not aligned to its element size (4 bytes)");
   FA_RETURN_IF_ERROR(check_same_place("cache_seqlens", cs, a.q));
-  FA_RETURN_IF_ERROR(read_index(cs, p->batch, a.stream, &p->cache_seqlens));
   p->device_cache_seqlens = static_cast<const int32_t*>(cs.data);
+
+  const TensorView& bt = a.block_table;
+  const int64_t cols = p->max_pages_per_seq;
+  const int64_t row_stride = p->batch > 1 && p->paged ? bt.stride[0] : cols;
+  if (p->paged) {
+    if (p->batch > 1 && row_stride < cols)
+      return invalid("block_table: row stride ", row_stride, " is smaller than its ", cols, " columns (rows overlap)");
+    p->device_block_table = static_cast<const int32_t*>(bt.data);
+    p->device_block_table_row_stride = row_stride;
+  }
+
+  // Trusted CUDA indices (check_indices false) stay on the device: no copy, no wait for the stream.
+  // The kernels then clamp lengths into [0, capacity - seqlen_new] and pages into [0, num_pages): both
+  // ranges must exist.
+  if (!a.check_indices && cs.device == Device::kCUDA) {
+    if (p->seqlen_new > p->capacity)
+      return invalid("k_new: ", p->seqlen_new, " new tokens exceed the cache capacity of ", p->capacity);
+    if (p->paged && p->num_pages == 0 && p->capacity > 0)
+      return invalid("k_cache: a paged cache without pages needs check_indices (no sequence can hold a token)");
+    p->indices_on_host = false;
+    return Status::Ok();
+  }
+
+  FA_RETURN_IF_ERROR(read_index(cs, p->batch, a.stream, &p->cache_seqlens));
   for (int64_t b = 0; b < p->batch; ++b) {
     const int64_t len = p->cache_seqlens[size_t(b)];
     if (len < 0) return invalid("cache_seqlens[", b, "]: must be >= 0, got ", len);
@@ -163,19 +186,12 @@ Status fill_indices(const KVCacheArgs& a, KVCacheProblem* p) {
   if (!p->paged) return Status::Ok();
 
   // The block table is read densely; a CUDA copy takes the whole strided span and compacts it here.
-  const TensorView& bt = a.block_table;
-  const int64_t cols = p->max_pages_per_seq;
-  const int64_t row_stride = p->batch > 1 ? bt.stride[0] : cols;
-  if (p->batch > 1 && row_stride < cols)
-    return invalid("block_table: row stride ", row_stride, " is smaller than its ", cols, " columns (rows overlap)");
   std::vector<int32_t> span;
   const int64_t span_len = p->batch > 0 && cols > 0 ? (p->batch - 1) * row_stride + cols : 0;
   FA_RETURN_IF_ERROR(read_index(bt, span_len, a.stream, &span));
   p->block_table.assign(size_t(p->batch * cols), 0);
   for (int64_t b = 0; b < p->batch; ++b)
     for (int64_t i = 0; i < cols; ++i) p->block_table[size_t(b * cols + i)] = span[size_t(b * row_stride + i)];
-  p->device_block_table = static_cast<const int32_t*>(bt.data);
-  p->device_block_table_row_stride = row_stride;
   // Only the pages a sequence uses (after the append) must be valid; unused slots may hold anything.
   for (int64_t b = 0; b < p->batch; ++b) {
     const int64_t pages_used = (p->len_k(b) + p->page_size - 1) / p->page_size;

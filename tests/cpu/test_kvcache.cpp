@@ -220,6 +220,30 @@ TEST(KVCacheValidation, EachRuleNamesTheArgumentAndWritesNothing) {
   for (const Broken& r : rules) run_broken(r);
 }
 
+// check_indices = false trusts only index tensors in CUDA memory: host ones cost nothing to read and are
+// checked whatever the flag says.
+TEST(KVCacheValidation, HostIndicesAreCheckedWithCheckIndicesOff) {
+  using C = fa::StatusCode;
+  const Broken rules[] = {
+      {"page index past the pages", C::kInvalidArgument, "block_table[1][2]: page index",
+       [](HostKVCase& c, fa::KVCacheArgs& a) {
+         a.check_indices = false;
+         c.block_table.set(1 * c.pages_per_seq + 2, double(c.k_cache.view.shape[0]));
+       }},
+      {"negative cache length", C::kInvalidArgument, "cache_seqlens[2]: must be >= 0",
+       [](HostKVCase& c, fa::KVCacheArgs& a) {
+         a.check_indices = false;
+         c.cache_seqlens.set(2, -1);
+       }},
+      {"length past capacity", C::kInvalidArgument, "cache_seqlens[0]: ",
+       [](HostKVCase& c, fa::KVCacheArgs& a) {
+         a.check_indices = false;
+         c.cache_seqlens.set(0, double(c.capacity - 1));
+       }},
+  };
+  for (const Broken& r : rules) run_broken(r);
+}
+
 TEST(KVCacheValidation, CApiMirrorsTheCall) {
   std::mt19937_64 rng(harness::pick_seed());
   KVCaseSpec s;
@@ -248,6 +272,7 @@ TEST(KVCacheValidation, CApiMirrorsTheCall) {
   const fa::KVCacheArgs a = c.args();
   flashattn_kvcache_args ca;
   flashattn_kvcache_args_init(&ca);
+  EXPECT_EQ(ca.check_indices, 1) << "the C defaults must check the index tensors, as KVCacheArgs does";
   ca.q = to_c(a.q);
   ca.k_cache = to_c(a.k_cache);
   ca.v_cache = to_c(a.v_cache);

@@ -2,7 +2,8 @@
 // contiguous and paged caches (page sizes 1..256, pages shuffled), appended tokens landing in the right slots
 // with every other cache byte unchanged, GQA/MQA, causal / window / softcap, forced and heuristic split
 // counts, a 131072-key sequence, repeated calls on one stream (the merge tickets must return to zero), and
-// refusals that write nothing. Fresh seeded inputs every run; out and lse poisoned before every call.
+// refusals that write nothing; with check_indices off (trusted device indices: no host round trip, a CUDA
+// graph recording, bad indices clamped). Fresh seeded inputs every run; out and lse poisoned before every call.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -83,10 +84,11 @@ struct DeviceKVCase {
 };
 
 // Runs `c` on the GPU (on `stream`), downloads the results into `c`. Call under ASSERT_NO_FATAL_FAILURE.
-void run_on_gpu(HostKVCase* c, cudaStream_t stream = nullptr) {
+void run_on_gpu(HostKVCase* c, cudaStream_t stream = nullptr, bool check_indices = true) {
   DeviceKVCase d(*c);
   fa::KVCacheArgs a = d.args();
   a.stream = stream;
+  a.check_indices = check_indices;
   fa::RunInfo info;
   const fa::Status s = fa::forward_kvcache(a, &info);
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -267,6 +269,95 @@ TEST(DecodeGpuValidation, HeadDimNotAMultipleOfEightIsRefusedBeforeTheAppend) {
   s.head_dim = 20;
   HostKVCase c(s, rng);
   expect_refused(c, fa::StatusCode::kNotSupported, "head_dim 20");
+}
+
+// ---- check_indices = false: trusted device indices, no host copy and no stream synchronization ----------
+
+KVCaseSpec mixed_paged_spec() {
+  KVCaseSpec s = decode_spec();
+  s.cache_lens = {0, 1, 255, 4097};
+  s.seqlen_q = 2;
+  s.seqlen_new = 2;
+  s.heads_q = 8;
+  s.heads_kv = 2;
+  s.page_size = 16;
+  s.causal = true;
+  return s;
+}
+
+// The split count comes from the capacity instead of the longest sequence, nothing else changes.
+TEST(DecodeGpuTrusted, CheckIndicesOffMatchesTheReference) {
+  FA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = announce_seed("trusted");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const int64_t page_size : {int64_t(0), int64_t(16)}) {
+    SCOPED_TRACE("page_size " + std::to_string(page_size));
+    std::mt19937_64 rng(seed);
+    KVCaseSpec s = mixed_paged_spec();
+    s.page_size = page_size;
+    HostKVCase c(s, rng);
+    const KVExpected e = expected_for(c);
+    ASSERT_NO_FATAL_FAILURE(run_on_gpu(&c, nullptr, /*check_indices=*/false));
+    expect_result(c, e);
+  }
+}
+
+// Without the host round trip the call can be recorded into a CUDA graph; each replay appends the same
+// tokens at the same slots and recomputes out and lse (poisoned until the first replay).
+TEST(DecodeGpuTrusted, RecordedInACudaGraphAndReplayed) {
+  FA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = announce_seed("graph");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  HostKVCase c(mixed_paged_spec(), rng);
+  const KVExpected e = expected_for(c);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  {
+    DeviceKVCase d(c);
+    fa::KVCacheArgs a = d.args();
+    a.stream = stream;
+    a.check_indices = false;
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const fa::Status st = fa::forward_kvcache(a);
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    HostKVCase untouched = c;
+    d.download(&untouched);
+    EXPECT_TRUE(same_bytes(untouched.out, c.out)) << "recording the call must not run it";
+    for (int replay = 0; replay < 3; ++replay) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    d.download(&c);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
+  expect_result(c, e);
+}
+
+// Bad trusted indices give wrong results, never an access outside the caches: the kernels clamp lengths into
+// [0, capacity - seqlen_new] and pages into [0, num_pages). (gpu_check.sh runs this test under memcheck.)
+TEST(DecodeGpuTrusted, BadIndicesAreClampedIntoTheCaches) {
+  FA_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(harness::pick_seed());
+  HostKVCase c(small_paged_spec(), rng);
+  const int64_t num_pages = c.k_cache.view.shape[0];
+  c.cache_seqlens.set(0, -3);
+  c.cache_seqlens.set(1, double(c.capacity + 1000));
+  c.block_table.set(0, -1);
+  c.block_table.set(1 * c.pages_per_seq + 1, double(num_pages + 5));
+  DeviceKVCase d(c);
+  fa::KVCacheArgs a = d.args();
+  a.check_indices = false;
+  const fa::Status st = fa::forward_kvcache(a);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  d.download(&c);
+  EXPECT_EQ(harness::count_nan(c.out), 0) << "every row sees keys after the clamp and gets a finite result";
 }
 
 }  // namespace

@@ -194,6 +194,17 @@ def test_bad_block_table_raises_and_writes_nothing(rng):
     assert_bytes_equal("v_cache", cache.v, v_before)
 
 
+def test_host_indices_are_checked_with_check_indices_off(rng):
+    """check_indices=False trusts GPU index arrays only: host ones are checked whatever it says."""
+    cache, q, k_new, v_new, seqlens = small_paged_problem(rng)
+    cache.block_table[1, 1] = -1
+    k_before = cache.k.copy()
+    with pytest.raises(ValueError, match=re.escape("block_table[1][1]: page index -1")):
+        flashattn.flash_attn_with_kvcache(q, cache.k, cache.v, k_new, v_new, cache_seqlens=seqlens,
+                                          block_table=cache.block_table, check_indices=False)
+    assert_bytes_equal("k_cache", cache.k, k_before)
+
+
 def test_cache_overflow_raises_and_writes_nothing(rng):
     cache, q, k_new, v_new, seqlens = small_paged_problem(rng)
     seqlens[0] = CAPACITY
@@ -246,11 +257,13 @@ def test_torch_cpu(rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("check_indices", [True, False], ids=["checked", "trusted"])
 @pytest.mark.parametrize("seqlen_q", [1, 4], ids=["sq1", "sq4"])
 @pytest.mark.parametrize("layout", [None, 16], ids=["contiguous", "page16"])
-def test_torch_cuda_matches_cpu(rng, layout, seqlen_q):
+def test_torch_cuda_matches_cpu(rng, layout, seqlen_q, check_indices):
     """torch CUDA tensors run the GPU decode kernels: the same call as on the CPU backend, compared with the CPU
-    result and the float64 oracle; the caches are appended in place on the device."""
+    result and the float64 oracle; the caches are appended in place on the device. check_indices=False: the
+    GPU index tensors are trusted (no host copy), with the same results."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device visible to torch")
@@ -276,7 +289,7 @@ def test_torch_cuda_matches_cpu(rng, layout, seqlen_q):
     k_cache, v_cache = cuda(cache.k), cuda(cache.v)
     out, lse = flashattn.flash_attn_with_kvcache(
         cuda(q), k_cache, v_cache, cuda(k_new), cuda(v_new), cache_seqlens=cuda(seqlens),
-        block_table=cuda(cache.block_table), causal=True, return_softmax_lse=True)
+        block_table=cuda(cache.block_table), causal=True, return_softmax_lse=True, check_indices=check_indices)
     torch.cuda.synchronize()
     assert out.is_cuda and out.dtype == torch.float16 and lse.dtype == torch.float32
     assert_bytes_equal("k_cache", k_cache.cpu().numpy(), k_expected)

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/common/problem_params.cuh"
+#include "cuda/decode/decode_config.cuh"
 
 namespace flashattn::cuda::decode {
 
@@ -16,6 +17,7 @@ struct AppendParams {
   const int32_t* block_table;  // nullptr: contiguous cache
   int64_t block_table_row_stride;
   int64_t page_size;
+  IndexLimits limits;
   int64_t batch, seqlen_new, heads_kv, head_dim;
 };
 
@@ -31,10 +33,10 @@ __global__ void append_new_tokens_kernel(const AppendParams a) {
     rest /= a.heads_kv;
     const int64_t t = rest % a.seqlen_new;
     const int64_t b = rest / a.seqlen_new;
-    const int64_t pos = a.cache_seqlens[b] + t;
+    const int64_t pos = a.limits.cached(a.cache_seqlens, int(b)) + t;
     int64_t k_dst, v_dst;
     if (a.block_table != nullptr) {
-      const int64_t page = a.block_table[b * a.block_table_row_stride + pos / a.page_size];
+      const int64_t page = a.limits.page(a.block_table[b * a.block_table_row_stride + pos / a.page_size]);
       const int64_t slot = pos % a.page_size;
       k_dst = page * a.k_cache.outer_stride + slot * a.k_cache.row_stride;
       v_dst = page * a.v_cache.outer_stride + slot * a.v_cache.row_stride;

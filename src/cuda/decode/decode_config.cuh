@@ -72,15 +72,33 @@ struct DecodeConfig {
   static_assert(kQBytes % 16 == 0, "the ring after Q must start 16-byte aligned");
 };
 
+// The ranges the kernels clamp what they read from the index tensors into. Checked indices
+// (KVCacheArgs::check_indices, the default) lie inside already; trusted ones may not, and the clamp keeps
+// every access inside the caches (a bad index then gives a wrong result, never a stray access).
+struct IndexLimits {
+  int max_cached;  // cache_seqlens[b] in [0, capacity - seqlen_new]
+  int max_page;    // paged: block_table entries in [0, num_pages - 1]
+
+  // (Plain comparisons: host-only files include this header too.)
+  __device__ __forceinline__ int cached(const int32_t* cache_seqlens, int b) const {
+    const int n = cache_seqlens[b];
+    return n < 0 ? 0 : (n > max_cached ? max_cached : n);
+  }
+  __device__ __forceinline__ int page(int32_t entry) const {
+    return entry < 0 ? 0 : (entry > max_page ? max_page : entry);
+  }
+};
+
 // A plain-old-data view of one KV-cache call that the kernels take by value (strides in elements).
 struct DecodeParams {
   TensorParams q, out;
   TensorParams lse;  // ptr nullptr: not requested; else [batch, heads_q, seqlen_q] fp32
   CacheParams k_cache, v_cache;
-  const int32_t* cache_seqlens;  // device, validated: cached tokens before the call
-  const int32_t* block_table;    // device, validated; nullptr: contiguous cache
+  const int32_t* cache_seqlens;  // device: cached tokens before the call (read through limits)
+  const int32_t* block_table;    // device (entries read through limits); nullptr: contiguous cache
   int64_t block_table_row_stride;
   int page_size;
+  IndexLimits limits;
 
   int batch, heads_kv, group, seqlen_q, seqlen_new, head_dim;
   int rows;     // packed rows per KV head: group * seqlen_q

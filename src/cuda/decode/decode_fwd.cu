@@ -79,6 +79,9 @@ void set_cache_fields(const detail::KVCacheProblem& p, Params* d) {
   d->block_table = p.paged ? p.device_block_table : nullptr;
   d->block_table_row_stride = p.device_block_table_row_stride;
   d->page_size = decltype(d->page_size)(p.paged ? p.page_size : 1);
+  // decode_supports keeps capacity + seqlen_new within int; validation keeps seqlen_new <= capacity.
+  d->limits.max_cached = int(std::max<int64_t>(0, p.capacity - p.seqlen_new));
+  d->limits.max_page = p.paged ? int(std::min<int64_t>(p.num_pages, INT_MAX) - 1) : 0;
 }
 
 DecodeParams make_params(const detail::KVCacheProblem& p, int64_t splits) {

@@ -74,6 +74,7 @@ struct WarpKVLoader {
   const int32_t* table;  // this sequence's block-table row; nullptr: contiguous cache
   int64_t k_outer, k_row, v_outer, v_row;
   int len_k, page_size, head_dim;
+  IndexLimits limits;
   int row0, col0, lane;
   int next_page = 0, next_slot = 0;
 
@@ -85,7 +86,7 @@ struct WarpKVLoader {
     next_page = 0;
     next_slot = 0;
     if (key < len_k) {
-      next_page = __ldg(table + key / page_size);
+      next_page = limits.page(__ldg(table + key / page_size));
       next_slot = key % page_size;
     }
   }
@@ -324,7 +325,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
   const int tile = (batch * p.heads_kv + kv_head) * p.m_tiles + m_tile;
   const int row_first = m_tile * kRowsPerTile;
   const int rows = min(kRowsPerTile, p.rows - row_first);
-  const int len_k = p.cache_seqlens[batch] + p.seqlen_new;
+  const int len_k = p.limits.cached(p.cache_seqlens, batch) + p.seqlen_new;
   const core::MaskSpec mask = core::MaskSpec::make(p.seqlen_q, len_k, p.causal, p.window_left, p.window_right);
   const TilePlan plan = plan_tile(p, mask, row_first, row_first + rows - 1);
   if (split >= plan.splits) return;  // this tile needs fewer splits than the grid has (uniform per CTA)
@@ -350,6 +351,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
     loader.v_row = p.v_cache.row_stride;
     loader.len_k = len_k;
     loader.page_size = p.page_size;
+    loader.limits = p.limits;
     loader.head_dim = p.head_dim;
     loader.row0 = lane / Cfg::kLanesPerRow;
     loader.col0 = (lane % Cfg::kLanesPerRow) * kChunkElems;
