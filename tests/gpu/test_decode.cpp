@@ -273,15 +273,10 @@ TEST(DecodeGpuValidation, HeadDimNotAMultipleOfEightIsRefusedBeforeTheAppend) {
 
 // ---- check_indices = false: trusted device indices, no host copy and no stream synchronization ----------
 
+// The split-count tests' case (GQA, paged 16, causal, 2 appended tokens) with an empty cache among the lengths.
 KVCaseSpec mixed_paged_spec() {
-  KVCaseSpec s = decode_spec();
+  KVCaseSpec s = fa::testing::split_counts_case(decode_spec());
   s.cache_lens = {0, 1, 255, 4097};
-  s.seqlen_q = 2;
-  s.seqlen_new = 2;
-  s.heads_q = 8;
-  s.heads_kv = 2;
-  s.page_size = 16;
-  s.causal = true;
   return s;
 }
 
