@@ -1,5 +1,5 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
-the median of the timed calls) and the commit the merged results record."""
+the median of the timed calls), the commit the merged results record, and the merged decode table."""
 
 import os
 import sys
@@ -72,6 +72,26 @@ def test_merged_results_record_flashattn_commit_first(monkeypatch):
     monkeypatch.setattr(compare, "head_commit", lambda: None)
     assert compare.commit({"commit": "from-ours"}) == "from-ours"
     assert compare.commit({}) == "unknown"
+
+
+def test_decode_table_keeps_every_rate_of_ours_and_divides_by_the_peers(capsys):
+    ours = {"benchmark": "gpu_decode", "commit": "abc", "ceil": {"copy_TBps": 4.0},
+            "rows": [{"b": 1, "seqlen_k": 32768, "layout": "contiguous", "TBps": 3.0, "api_TBps": 2.0,
+                      "trusted_TBps": 2.9, "fraction_of_copy": 0.75},
+                     {"b": 1, "seqlen_k": 32768, "layout": "paged", "TBps": 2.8, "api_TBps": 1.6,
+                      "trusted_TBps": 2.7, "fraction_of_copy": 0.7},
+                     {"b": 64, "seqlen_k": 4096, "layout": "contiguous", "error": "refused"}]}
+    peers = {"ceil": {"copy_TBps": 4.1},
+             "rows": [{"b": 1, "seqlen_k": 32768, "layout": "contiguous", "impl": "cudnn", "TBps": 3.2}]}
+    table = compare.decode_table(ours, peers)
+    assert len(table) == 2, "rows that failed are left out"
+    first, paged = table
+    assert (first["ours_TBps"], first["ours_api_TBps"], first["ours_trusted_TBps"]) == (3.0, 2.0, 2.9)
+    assert first["ratio_cudnn"] == pytest.approx(3.0 / 3.2)
+    assert "ratio_flash" not in first and "ratio_cudnn" not in paged
+    compare.decode_main(compare.parse_args(["--ours", "unused.json"]), ours, peers)
+    printed = capsys.readouterr().out
+    assert "trusted" in printed and "2.90" in printed and "0.94" in printed
 
 
 if __name__ == "__main__":
