@@ -170,7 +170,8 @@ Status fill_indices(const KVCacheArgs& a, KVCacheProblem* p) {
     if (p->seqlen_new > p->capacity)
       return invalid("k_new: ", p->seqlen_new, " new tokens exceed the cache capacity of ", p->capacity);
     if (p->paged && p->num_pages == 0 && p->capacity > 0)
-      return invalid("k_cache: a paged cache without pages needs check_indices (no sequence can hold a token)");
+      return invalid("k_cache: has no pages, so with check_indices off a length above 0 could not be clamped into "
+                     "it; pass check_indices = true");
     p->indices_on_host = false;
     return Status::Ok();
   }
