@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "api/kvcache_problem.h"
 #include "common/kvcache_case.h"
+#include "cuda/decode/decode_heuristic.h"
 #include "device_case.h"
 #include "device_tensor.h"
 #include "flashattn/kvcache.h"
@@ -353,6 +355,38 @@ TEST(DecodeGpuTrusted, BadIndicesAreClampedIntoTheCaches) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   d.download(&c);
   EXPECT_EQ(harness::count_nan(c.out), 0) << "every row sees keys after the clamp and gets a finite result";
+}
+
+// ---- the split heuristic (host code: runs without a GPU) -----------------------------------------------
+
+// The rule of decode_heuristic.cpp as docs/kvcache.md states it: no split once the tiles fill every CTA slot,
+// else floor(slots / tiles) splits, never chunks under kMinSplitKeysGpu keys, never more than 128, at least 1.
+TEST(DecodeHeuristic, FillsOneWaveWithoutShortChunks) {
+  using flashattn::cuda::decode::heuristic_splits;
+  using flashattn::cuda::decode::kMinSplitKeysGpu;
+  constexpr int kSms = 132, kCtasPerSm = 2;
+  EXPECT_EQ(heuristic_splits(8, 32768, kSms, kCtasPerSm), 33) << "batch 1 x 8 KV heads on an H200";
+  EXPECT_EQ(heuristic_splits(128, 8192, kSms, kCtasPerSm), 2);
+  EXPECT_EQ(heuristic_splits(264, 8192, kSms, kCtasPerSm), 1) << "the tiles alone fill the slots";
+  EXPECT_EQ(heuristic_splits(512, 4096, kSms, kCtasPerSm), 1);
+  EXPECT_EQ(heuristic_splits(8, 3 * kMinSplitKeysGpu + 5, kSms, kCtasPerSm), 3) << "chunks of 256 keys or more";
+  EXPECT_EQ(heuristic_splits(8, 100, kSms, kCtasPerSm), 1);
+  EXPECT_EQ(heuristic_splits(1, int64_t(1) << 20, kSms, kCtasPerSm), 128) << "at most kMaxKVSplits";
+  EXPECT_EQ(heuristic_splits(0, 4096, kSms, kCtasPerSm), 1);
+  EXPECT_EQ(heuristic_splits(4, 1 << 20, 0, 0), 1) << "a device that reports nothing gets one slot";
+}
+
+// With check_indices off the host never sees the lengths: the heuristic is fed the capacity instead.
+TEST(DecodeHeuristic, TrustedIndicesBoundTheLongestSequenceByTheCapacity) {
+  flashattn::detail::KVCacheProblem p;
+  p.batch = 2;
+  p.seqlen_new = 1;
+  p.capacity = 5000;
+  p.cache_seqlens = {10, 300};
+  EXPECT_EQ(p.max_len_k(), 301);
+  p.indices_on_host = false;
+  p.cache_seqlens.clear();
+  EXPECT_EQ(p.max_len_k(), 5000);
 }
 
 }  // namespace
