@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -205,43 +206,39 @@ Status measure(DecodeBuffers& buf, const DecodeShape& shape, bool paged, int war
     s = detail::make_kvcache_problem(buf.args(shape, paged, c), &problems[size_t(c)]);
     if (!s.ok()) return s;
   }
-  RunInfo info;
+  // Milliseconds per call of call(copy) with `calls` calls queued between the events, rotating over the copies.
   int next = 0;
-  auto queued = [&] {
-    for (int i = 0; i < kCallsPerTiming; ++i) {
-      Status st = detail::cuda_forward_kvcache(problems[size_t(next)], &info);
-      next = (next + 1) % r->copies;
-      if (!st.ok()) return st;
-    }
-    return Status::Ok();
+  auto per_call_ms = [&](int calls, const std::function<Status(int)>& call, double* ms) {
+    std::vector<double> times;
+    const Status st = time_calls(/*on_gpu=*/true, warmup, repeat, [&] {
+      for (int i = 0; i < calls; ++i) {
+        const Status c = call(next);
+        next = (next + 1) % r->copies;
+        if (!c.ok()) return c;
+      }
+      return Status::Ok();
+    }, &times);
+    if (st.ok()) *ms = median(times) / calls;
+    return st;
   };
-  std::vector<double> times;
-  s = time_calls(/*on_gpu=*/true, warmup, repeat, queued, &times);
+  auto tbps = [&](double ms) { return r->bytes / (ms / kMsPerSecond) / kBytesPerTera; };
+
+  RunInfo info;
+  s = per_call_ms(kCallsPerTiming, [&](int c) { return detail::cuda_forward_kvcache(problems[size_t(c)], &info); },
+                  &r->ms);
   if (!s.ok()) return s;
-  r->ms = median(times) / kCallsPerTiming;
-  r->tbps = r->bytes / (r->ms / kMsPerSecond) / kBytesPerTera;
+  r->tbps = tbps(r->ms);
   r->kernel = info.kernel;
 
-  s = time_calls(/*on_gpu=*/true, warmup, repeat, [&] {
-    const KVCacheArgs a = buf.args(shape, paged, next);
-    next = (next + 1) % r->copies;
-    return forward_kvcache(a);
-  }, &times);
+  s = per_call_ms(1, [&](int c) { return forward_kvcache(buf.args(shape, paged, c)); }, &r->api_ms);
   if (!s.ok()) return s;
-  r->api_ms = median(times);
-  r->api_tbps = r->bytes / (r->api_ms / kMsPerSecond) / kBytesPerTera;
+  r->api_tbps = tbps(r->api_ms);
 
-  s = time_calls(/*on_gpu=*/true, warmup, repeat, [&] {
-    for (int i = 0; i < kCallsPerTiming; ++i) {
-      Status st = forward_kvcache(buf.args(shape, paged, next, /*check_indices=*/false));
-      next = (next + 1) % r->copies;
-      if (!st.ok()) return st;
-    }
-    return Status::Ok();
-  }, &times);
+  s = per_call_ms(kCallsPerTiming,
+                  [&](int c) { return forward_kvcache(buf.args(shape, paged, c, /*check_indices=*/false)); },
+                  &r->trusted_ms);
   if (!s.ok()) return s;
-  r->trusted_ms = median(times) / kCallsPerTiming;
-  r->trusted_tbps = r->bytes / (r->trusted_ms / kMsPerSecond) / kBytesPerTera;
+  r->trusted_tbps = tbps(r->trusted_ms);
   return Status::Ok();
 }
 

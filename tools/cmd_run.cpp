@@ -406,8 +406,7 @@ int cmd_run(int argc, char** argv, int first) {
                    "                     [--seed S] [--json]\n"
                    "       flashattn run --kv-cache [--cache-len N[,N...]] [--new-tokens K] [--page-size P]\n"
                    "                     [--cache-capacity N] [--splits S] [--no-check-indices] [--seqlen-q N]\n"
-                   "                     and the options above"
-                   " but --seqlen-k, --backward and --deterministic",
+                   "                     and the options above but --seqlen-k, --backward and --deterministic",
                    "Runs one attention problem on random inputs (seeded; the seed is printed), times it\n"
                    "(warm-up, then the median of R runs; CUDA events on the GPU) and checks sampled rows\n"
                    "against the float64 reference. With --backward the gradients of a reduced copy of the\n"

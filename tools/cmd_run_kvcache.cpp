@@ -380,7 +380,8 @@ void report_json(const RunOptions& o, const KvResult& r, bool pass) {
   j.field("batch", l.batch).field("seqlen_q", o.seqlen_q).key("cache_lens").begin_array();
   for (int32_t n : l.lens) j.value(int64_t(n));
   j.end_array().field("new_tokens", l.new_tokens).field("capacity", l.capacity).field("page_size", l.page_size);
-  j.field("splits", o.splits).field("check_indices", !o.no_check_indices).field("heads", o.heads).field("heads_kv", o.heads_kv).field("head_dim", o.head_dim);
+  j.field("splits", o.splits).field("check_indices", !o.no_check_indices);
+  j.field("heads", o.heads).field("heads_kv", o.heads_kv).field("head_dim", o.head_dim);
   j.field("causal", o.causal).field("window_left", o.window_left).field("window_right", o.window_right);
   j.field("softcap", o.softcap).field("scale", r.scale).field("dtype", to_string(o.dtype)).end_object();
   j.field("backend", to_string(r.info.backend)).field("algorithm", to_string(r.info.algorithm));

@@ -139,8 +139,8 @@ struct Broken {
   void (*breaks)(HostKVCase&, fa::KVCacheArgs&);
 };
 
-void run_broken(const Broken& r) {
-  SCOPED_TRACE(r.name);
+void run_broken(const Broken& r, bool check_indices = true) {
+  SCOPED_TRACE(std::string(r.name) + (check_indices ? "" : ", check_indices off"));
   std::mt19937_64 rng(7);
   KVCaseSpec s;
   s.cache_lens = {5, 17, 0};
@@ -152,6 +152,7 @@ void run_broken(const Broken& r) {
   s.page_size = 4;
   HostKVCase c(s, rng);
   fa::KVCacheArgs a = c.args();
+  a.check_indices = check_indices;
   r.breaks(c, a);
   const HostTensor k_before = c.k_cache, v_before = c.v_cache;
   const fa::Status st = fa::forward_kvcache(a);
@@ -164,19 +165,24 @@ void run_broken(const Broken& r) {
   EXPECT_TRUE(same_bytes(c.v_cache, v_before)) << "v_cache was written despite the error";
 }
 
+// The rules on the values of the index tensors.
+const Broken kIndexRules[] = {
+    {"page index past the pages", fa::StatusCode::kInvalidArgument, "block_table[1][2]: page index",
+     [](HostKVCase& c, fa::KVCacheArgs&) {
+       c.block_table.set(1 * c.pages_per_seq + 2, double(c.k_cache.view.shape[0]));
+     }},
+    {"negative page index", fa::StatusCode::kInvalidArgument, "block_table[0][0]: page index -1",
+     [](HostKVCase& c, fa::KVCacheArgs&) { c.block_table.set(0, -1); }},
+    {"negative cache length", fa::StatusCode::kInvalidArgument, "cache_seqlens[2]: must be >= 0",
+     [](HostKVCase& c, fa::KVCacheArgs&) { c.cache_seqlens.set(2, -1); }},
+    {"length past capacity", fa::StatusCode::kInvalidArgument, "cache_seqlens[0]: ",
+     [](HostKVCase& c, fa::KVCacheArgs&) { c.cache_seqlens.set(0, double(c.capacity - 1)); }},
+};
+
 TEST(KVCacheValidation, EachRuleNamesTheArgumentAndWritesNothing) {
+  for (const Broken& r : kIndexRules) run_broken(r);
   using C = fa::StatusCode;
   const Broken rules[] = {
-      {"page index past the pages", C::kInvalidArgument, "block_table[1][2]: page index",
-       [](HostKVCase& c, fa::KVCacheArgs&) {
-         c.block_table.set(1 * c.pages_per_seq + 2, double(c.k_cache.view.shape[0]));
-       }},
-      {"negative page index", C::kInvalidArgument, "block_table[0][0]: page index -1",
-       [](HostKVCase& c, fa::KVCacheArgs&) { c.block_table.set(0, -1); }},
-      {"negative cache length", C::kInvalidArgument, "cache_seqlens[2]: must be >= 0",
-       [](HostKVCase& c, fa::KVCacheArgs&) { c.cache_seqlens.set(2, -1); }},
-      {"length past capacity", C::kInvalidArgument, "cache_seqlens[0]: ",
-       [](HostKVCase& c, fa::KVCacheArgs&) { c.cache_seqlens.set(0, double(c.capacity - 1)); }},
       {"k_new without v_new", C::kInvalidArgument, "v_new: is absent but k_new is present",
        [](HostKVCase&, fa::KVCacheArgs& a) { a.v_new = fa::TensorView(); }},
       {"v_new without k_new", C::kInvalidArgument, "k_new: is absent but v_new is present",
@@ -223,25 +229,7 @@ TEST(KVCacheValidation, EachRuleNamesTheArgumentAndWritesNothing) {
 // check_indices = false trusts only index tensors in CUDA memory: host ones cost nothing to read and are
 // checked whatever the flag says.
 TEST(KVCacheValidation, HostIndicesAreCheckedWithCheckIndicesOff) {
-  using C = fa::StatusCode;
-  const Broken rules[] = {
-      {"page index past the pages", C::kInvalidArgument, "block_table[1][2]: page index",
-       [](HostKVCase& c, fa::KVCacheArgs& a) {
-         a.check_indices = false;
-         c.block_table.set(1 * c.pages_per_seq + 2, double(c.k_cache.view.shape[0]));
-       }},
-      {"negative cache length", C::kInvalidArgument, "cache_seqlens[2]: must be >= 0",
-       [](HostKVCase& c, fa::KVCacheArgs& a) {
-         a.check_indices = false;
-         c.cache_seqlens.set(2, -1);
-       }},
-      {"length past capacity", C::kInvalidArgument, "cache_seqlens[0]: ",
-       [](HostKVCase& c, fa::KVCacheArgs& a) {
-         a.check_indices = false;
-         c.cache_seqlens.set(0, double(c.capacity - 1));
-       }},
-  };
-  for (const Broken& r : rules) run_broken(r);
+  for (const Broken& r : kIndexRules) run_broken(r, /*check_indices=*/false);
 }
 
 TEST(KVCacheValidation, CApiMirrorsTheCall) {

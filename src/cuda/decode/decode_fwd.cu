@@ -70,7 +70,8 @@ Status check_cache_alignment(const char* name, const detail::CacheStrided& c, in
 }
 
 // The cache addressing that the attention and the append kernels both take: the caches, the cached lengths,
-// the block table (nullptr: contiguous) and the page size (1 when contiguous).
+// the block table (nullptr: contiguous), the page size (1 when contiguous) and the ranges the kernels clamp
+// the index values into.
 template <typename Params>
 void set_cache_fields(const detail::KVCacheProblem& p, Params* d) {
   d->k_cache = to_params(p.k_cache);
