@@ -54,9 +54,10 @@ Status by_config(const Problem& p, Fn&& fn) {
                               to_string(p.dtype));
 }
 
-template <typename T, int D>
+template <class Cfg>
 std::string kernel_name(bool deterministic) {
-  using Cfg = fa2_bwd::DkdvConfig<T, D>;
+  using T = typename Cfg::T;
+  constexpr int D = Cfg::kHeadDim;
   return std::string("fa2_bwd_sm80_") + fa2_bwd::dtype_tag<T>() + "_hd" + std::to_string(D) + "_n" +
          std::to_string(Cfg::kBlockN) + "m" + std::to_string(Cfg::kBlockM) + (deterministic ? "_det" : "");
 }
@@ -77,7 +78,6 @@ Status check_copy_alignment(const char* name, const Strided& t, int64_t batch, i
 
 template <typename T, int D>
 Status check(const Problem& p, const Context& ctx, std::string* kernel) {
-  using KCfg = fa2_bwd::DkdvConfig<T, D>;
   using QCfg = fa2_bwd::DqConfig<T, D>;
   const int64_t batch = p.varlen ? 1 : p.batch;  // varlen tensors have no batch dimension
   const int64_t eb = sizeof(T);
@@ -96,8 +96,13 @@ Status check(const Problem& p, const Context& ctx, std::string* kernel) {
   if (p.batch > kMaxGridYz || p.heads_q > kMaxGridYz)
     return Status::NotSupported("algorithm fa2: backward launches one grid row per (head, batch) and supports at most " +
                                 std::to_string(kMaxGridYz) + " of each");
-  const size_t smem = std::max<size_t>(KCfg::kSmemBytes, p.deterministic ? QCfg::kSmemBytes : 0);
-  const std::string name = kernel_name<T, D>(p.deterministic);
+  size_t smem = 0;
+  std::string name;
+  fa2_bwd::with_dkdv_config<T, D>(ctx.smem_optin, [&](auto cfg) {
+    using KCfg = decltype(cfg);
+    smem = std::max<size_t>(KCfg::kSmemBytes, p.deterministic ? QCfg::kSmemBytes : 0);
+    name = kernel_name<KCfg>(p.deterministic);
+  });
   if (smem > ctx.smem_optin)
     return Status::NotSupported("algorithm fa2: kernel " + name + " needs " + std::to_string(smem) +
                                 " bytes of shared memory per block; the device allows " +

@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace flashattn::cuda::fa2_bwd {
@@ -26,8 +27,9 @@ constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
 constexpr int kWarpSize = 32;
 
 // Rows of the per-row workspaces (LSE in log2 units, D = rowsum(dO * O)) are padded to a multiple of
-// this, so every query tile can load its rows with whole 16-byte copies and no bounds check.
-constexpr int kRowAlign = 64;
+// this, so every query tile can load its rows with whole 16-byte copies and no bounds check: a multiple
+// of every kernel's kBlockM (static_asserts below), or a tile past the end would read the next head's rows.
+constexpr int kRowAlign = 128;
 
 template <typename T>
 constexpr const char* dtype_tag();
@@ -41,11 +43,19 @@ constexpr const char* dtype_tag<__nv_bfloat16>() { return "bf16"; }
 // dK/dV in registers cost 255 registers per thread, hence 1 CTA (8 warps) per SM; the tensor pipe is
 // ~28% busy, shared memory ~49%, and the dQ atomics take ~20% of the time. Warp-grid shape moves it by
 // ~2%; more warps in flight or deeper fragment prefetch is where the remaining speed is.
-template <typename T_, int kHeadDim_>
+//
+// Query rows per inner tile: 128 at d = 64 (measured 8% faster than 64 on the H200: half the barriers
+// and per-tile overheads per key, and B fragments reused over twice the rows), 64 above, where S and dP of
+// a 128-row tile would not fit next to dK/dV. The 128-row tile at d = 64 needs 182 KB of shared memory;
+// where the device has less (163 KB on an A100) the launch takes the 64-row tile (with_dkdv_config).
+constexpr int kSmallBlockM = 64;
+constexpr int preferred_block_m(int head_dim) { return head_dim <= 64 ? 128 : kSmallBlockM; }
+
+template <typename T_, int kHeadDim_, int kBlockM_ = preferred_block_m(kHeadDim_)>
 struct DkdvConfig {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 64;  // query rows per inner tile
+  static constexpr int kBlockM = kBlockM_;  // query rows per inner tile
   // 128 keys per CTA keeps dK and dV (2 * 128 * d fp32) at <= 128 registers per thread up to d = 128;
   // larger head dims halve the KV tile to stay spill-free.
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
@@ -56,6 +66,10 @@ struct DkdvConfig {
   // the warps stall on instruction fetch; two k-steps at a time measured 3% (d 128) and 6% (d 64) faster
   // on the H200, while at d 256 the full unroll stays 2% ahead (docs/performance.md).
   static constexpr int kUnrollK = kHeadDim <= 128 ? 2 : kHeadDim / kMmaK;  // the most k-steps of any product
+  // Software-pipelined fragment loads in every product (warp_mma's kPrefetch, which then ignores kUnrollK):
+  // measured 5% faster at d = 64, within the noise (1-2%) at d = 128, where it spills on sm_80, and 1.5%
+  // slower at d = 256.
+  static constexpr bool kPrefetchFragments = kHeadDim <= 64;
 
   // Warp grids of the three products. Each names how many warps split the rows; the others split the
   // columns. Square-ish warp tiles (32 x 32, 32 x 64) read the fewest operand bytes from shared memory per
@@ -98,7 +112,7 @@ struct DkdvConfig {
                 "dQ warp grid must tile kBlockM x kHeadDim in 16-column pairs");
   static_assert((kBlockM * kHeadDim / kChunkElems) % kThreads == 0, "Q/dO tiles must split evenly over threads");
   static_assert((kBlockN * kHeadDim / kChunkElems) % kThreads == 0, "K/V tiles must split evenly over threads");
-  static_assert(kBlockM % kRowAlign == 0 || kRowAlign % kBlockM == 0, "row padding must cover whole tiles");
+  static_assert(kRowAlign % kBlockM == 0, "row padding must cover whole tiles");
 
   static constexpr int kStrideD = kHeadDim + kSmemPad;  // row stride of Q, dO, K, V tiles (elements)
   static constexpr int kStrideN = kBlockN + kSmemPad;   // row stride of P, dS tiles
@@ -119,6 +133,17 @@ struct DkdvConfig {
   static_assert(kKvTileBytes % 16 == 0 && kQTileBytes % 16 == 0 && kPTileBytes % 16 == 0, "16-byte alignment");
 };
 
+// Calls fn(Cfg{}) with the dK/dV configuration to run on a device that allows smem_optin bytes of shared
+// memory per block: the preferred one, or the 64-row tile where the preferred one does not fit.
+template <typename T, int D, class Fn>
+auto with_dkdv_config(size_t smem_optin, Fn&& fn) {
+  using Preferred = DkdvConfig<T, D>;
+  if constexpr (Preferred::kBlockM != kSmallBlockM) {
+    if (size_t(Preferred::kSmemBytes) > smem_optin) return fn(DkdvConfig<T, D, kSmallBlockM>{});
+  }
+  return fn(Preferred{});
+}
+
 // The Q-parallel dQ kernel of deterministic mode: FA2-forward-like, each warp owns 16 query rows, so
 // P and dS never leave registers.
 template <typename T_, int kHeadDim_>
@@ -132,6 +157,9 @@ struct DqConfig {
   static constexpr int kStages = 2;  // K/V tiles are double-buffered
   static constexpr int kSTiles = kBlockN / kMmaN;
   static constexpr int kQTiles = kHeadDim / kMmaN;
+  // k-steps of S = Q K^T / dP = dO V^T unrolled at once. The full unroll hoists the fragment loads of
+  // every step next to the dQ accumulators and spills at d = 128, 192 and 256; two steps do not.
+  static constexpr int kUnrollQk = 2;
   static_assert(kSTiles % 2 == 0 && kQTiles % 2 == 0, "fragment loads cover pairs of 8-column tiles");
   static_assert((kBlockM * kHeadDim / kChunkElems) % kThreads == 0, "Q/dO tiles must split evenly over threads");
   static_assert((kBlockN * kHeadDim / kChunkElems) % kThreads == 0, "K/V tiles must split evenly over threads");

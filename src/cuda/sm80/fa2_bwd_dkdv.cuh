@@ -14,7 +14,8 @@
 
 namespace flashattn::cuda::fa2_bwd {
 
-template <class Cfg>
+// kSoftcap: the call has a softcap (ScoreMath); two instantiations, picked at launch.
+template <class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams a, const Workspace ws,
                                                                  const bool accumulate_dq) {
   using T = typename Cfg::T;
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
     {
       float s[Cfg::kSRowTiles][Cfg::kSColTiles][4];
       zero(s);
-      warp_mma<T, Cfg::kSRowTiles, Cfg::kSColTiles, kD / kMmaK, Cfg::kUnrollK>(
+      warp_mma<T, Cfg::kSRowTiles, Cfg::kSColTiles, kD / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
           s, [&](uint32_t(&f)[4], int mt, int kk) { load_a(f, sQ, Cfg::kStrideD, s_row + mt * kMmaM, kk * kMmaK, lane); },
           [&](uint32_t(&f)[2][2], int np, int kk) {
             load_b_nk(f, sK, Cfg::kStrideD, s_col + np * 2 * kMmaN, kk * kMmaK, lane);
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
       // The mask and the score constants are rebuilt here from the kernel parameters (constant bank)
       // rather than kept live across the loop: registers are the scarce resource of this kernel.
       const core::MaskSpec mask = core::MaskSpec::make(len_q, len_k, a.causal, a.window_left, a.window_right);
-      const ScoreMath math = ScoreMath::make(a);
+      const ScoreMath<kSoftcap> math = ScoreMath<kSoftcap>::make(a);
       const bool boundary = !mask.tile_fully_visible(m0, min(m0 + kM, len_q), n0, n0 + kN);
 #pragma unroll
       for (int mt = 0; mt < Cfg::kSRowTiles; ++mt) {
@@ -144,7 +145,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         const int col0 = s_col + pass * kTiles * kMmaN;
         float dp[Cfg::kSRowTiles][kTiles][4];
         zero(dp);
-        warp_mma<T, Cfg::kSRowTiles, kTiles, kD / kMmaK, Cfg::kUnrollK>(
+        warp_mma<T, Cfg::kSRowTiles, kTiles, kD / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
             dp,
             [&](uint32_t(&f)[4], int mt, int kk) {
               load_a(f, sDo, Cfg::kStrideD, s_row + mt * kMmaM, kk * kMmaK, lane);
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
     __syncthreads();  // P and dS complete before any warp reads them transposed
 
     // ---- dV += P^T dO, dK += dS^T Q ----
-    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kUnrollK>(
+    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
         dv,
         [&](uint32_t(&f)[4], int mt, int kk) {
           load_a_trans(f, sP, Cfg::kStrideN, kk * kMmaK, kv_row + mt * kMmaM, lane);
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         [&](uint32_t(&f)[2][2], int np, int kk) {
           load_b_kn(f, sDo, Cfg::kStrideD, kk * kMmaK, kv_col + np * 2 * kMmaN, lane);
         });
-    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kUnrollK>(
+    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
         dk,
         [&](uint32_t(&f)[4], int mt, int kk) {
           load_a_trans(f, sDs, Cfg::kStrideN, kk * kMmaK, kv_row + mt * kMmaM, lane);
@@ -197,7 +198,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         const int col0 = q_col + pass * kTiles * kMmaN;
         float dq[Cfg::kQRowTiles][kTiles][4];
         zero(dq);
-        warp_mma<T, Cfg::kQRowTiles, kTiles, kN / kMmaK, Cfg::kUnrollK>(
+        warp_mma<T, Cfg::kQRowTiles, kTiles, kN / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
             dq,
             [&](uint32_t(&f)[4], int mt, int kk) {
               load_a(f, sDs, Cfg::kStrideN, q_row + mt * kMmaM, kk * kMmaK, lane);

@@ -13,7 +13,7 @@
 
 namespace flashattn::cuda::fa2_bwd {
 
-template <class Cfg>
+template <class Cfg, bool kSoftcap>  // kSoftcap as in dkdv_kernel
 __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a, const Workspace ws) {
   using T = typename Cfg::T;
   constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kD = Cfg::kHeadDim;
@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
   const int g = lane / 4, t4 = lane % 4;
   const int w_row = warp * kMmaM;
   const core::MaskSpec mask = a.mask(b);
-  const ScoreMath math = ScoreMath::make(a);
+  const ScoreMath<kSoftcap> math = ScoreMath<kSoftcap>::make(a);
   const core::BlockRange blocks = core::kv_block_range(mask, m0, m0 + rows_valid, kN);
 
   const int r_lo = w_row + g, r_hi = r_lo + 8;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
     for (int i = 0; i < Cfg::kSTiles; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.0f;
-#pragma unroll
+#pragma unroll Cfg::kUnrollQk
     for (int kk = 0; kk < kD / kMmaK; ++kk) {
       uint32_t aq[4], ado[4];
       load_a(aq, sQ, Cfg::kStrideD, w_row, kk * kMmaK, lane);

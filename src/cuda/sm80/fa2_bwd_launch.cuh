@@ -40,7 +40,6 @@ Status zero_tail_rows(const detail::Strided& t, int64_t row_begin, int64_t row_e
 // Workspace (stream-ordered, freed on every path), then the kernels in order on ctx.stream.
 template <typename T, int D>
 Status run(const detail::Problem& p, const Context& ctx) {
-  using KCfg = DkdvConfig<T, D>;
   using QCfg = DqConfig<T, D>;
   const AttnParams a = make_params(p);
   cudaStream_t stream = ctx.stream;
@@ -68,17 +67,22 @@ Status run(const detail::Problem& p, const Context& ctx) {
   }
 
   if (p.seqlen_k > 0 && p.batch > 0) {
-    auto* kernel = dkdv_kernel<KCfg>;
-    FA_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KCfg::kSmemBytes));
-    const dim3 grid(unsigned(ceil_div(p.seqlen_k, KCfg::kBlockN)), unsigned(p.heads_kv), unsigned(p.batch));
-    kernel<<<grid, KCfg::kThreads, KCfg::kSmemBytes, stream>>>(a, ws, /*accumulate_dq=*/!det);
-    FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd dkdv_kernel");
+    s = with_dkdv_config<T, D>(ctx.smem_optin, [&](auto cfg) -> Status {
+      using KCfg = decltype(cfg);
+      auto* kernel = p.softcap > 0.0f ? dkdv_kernel<KCfg, true> : dkdv_kernel<KCfg, false>;
+      FA_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, KCfg::kSmemBytes));
+      const dim3 grid(unsigned(ceil_div(p.seqlen_k, KCfg::kBlockN)), unsigned(p.heads_kv), unsigned(p.batch));
+      kernel<<<grid, KCfg::kThreads, KCfg::kSmemBytes, stream>>>(a, ws, /*accumulate_dq=*/!det);
+      FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd dkdv_kernel");
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
   }
 
   if (det) {
     if (p.seqlen_q > 0 && p.batch > 0) {
-      auto* kernel = dq_kernel<QCfg>;
+      auto* kernel = p.softcap > 0.0f ? dq_kernel<QCfg, true> : dq_kernel<QCfg, false>;
       FA_CUDA_RETURN_IF_ERROR(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, QCfg::kSmemBytes));
       const dim3 grid(unsigned(ceil_div(p.seqlen_q, QCfg::kBlockM)), unsigned(p.heads_q), unsigned(p.batch));

@@ -103,23 +103,55 @@ __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
 // Each A fragment is reused across all NT column tiles and each B fragment across all MT row tiles,
 // which is what makes square-ish warp tiles cheaper in shared-memory reads than thin ones.
 // kUnrollK k-steps are unrolled at a time (kSteps or more: all of them).
-template <typename T, int MT, int NT, int kSteps, int kUnrollK, class LoadA, class LoadB>
+// kPrefetch: software-pipelined instead: the fragments of k-step kk + 1 are fetched (into a second set of
+// registers) before the products of step kk are issued, so ldmatrix latency hides under the mma.sync of the
+// step before, across loop iterations too; the loop body is two steps and is not unrolled further.
+template <typename T, int MT, int NT, int kSteps, int kUnrollK, bool kPrefetch = false, class LoadA, class LoadB>
 __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA&& load_a, LoadB&& load_b) {
   static_assert(NT % 2 == 0, "B fragments are loaded for pairs of 8-column tiles");
   static_assert(kUnrollK >= 1, "unroll at least one k-step");
+  if constexpr (kPrefetch) {
+    static_assert(kSteps % 2 == 0, "the pipelined loop handles two k-steps per iteration");
+    uint32_t a0[MT][4], a1[MT][4];
+    uint32_t b0[NT / 2][2][2], b1[NT / 2][2][2];
+    auto fetch = [&](uint32_t(&a)[MT][4], uint32_t(&b)[NT / 2][2][2], int kk) {
+#pragma unroll
+      for (int m = 0; m < MT; ++m) load_a(a[m], m, kk);
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) load_b(b[np], np, kk);
+    };
+    auto issue = [&](const uint32_t(&a)[MT][4], const uint32_t(&b)[NT / 2][2][2]) {
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma_16816<T>(acc[m][2 * np], a[m], b[np][0]);
+          mma_16816<T>(acc[m][2 * np + 1], a[m], b[np][1]);
+        }
+    };
+    fetch(a0, b0, 0);
+#pragma unroll 1
+    for (int kk = 0; kk < kSteps; kk += 2) {
+      fetch(a1, b1, kk + 1);
+      issue(a0, b0);
+      if (kk + 2 < kSteps) fetch(a0, b0, kk + 2);
+      issue(a1, b1);
+    }
+  } else {
 #pragma unroll kUnrollK
-  for (int kk = 0; kk < kSteps; ++kk) {
-    uint32_t a[MT][4];
+    for (int kk = 0; kk < kSteps; ++kk) {
+      uint32_t a[MT][4];
 #pragma unroll
-    for (int m = 0; m < MT; ++m) load_a(a[m], m, kk);
+      for (int m = 0; m < MT; ++m) load_a(a[m], m, kk);
 #pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      uint32_t b[2][2];
-      load_b(b, np, kk);
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t b[2][2];
+        load_b(b, np, kk);
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        mma_16816<T>(acc[m][2 * np], a[m], b[0]);
-        mma_16816<T>(acc[m][2 * np + 1], a[m], b[1]);
+        for (int m = 0; m < MT; ++m) {
+          mma_16816<T>(acc[m][2 * np], a[m], b[0]);
+          mma_16816<T>(acc[m][2 * np + 1], a[m], b[1]);
+        }
       }
     }
   }
@@ -127,11 +159,15 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA&& load_a
 
 // ---- Element math --------------------------------------------------------------------------------------
 
-// Per-call constants of the score -> gradient map.
+// Per-call constants of the score -> gradient map. kSoftcap is a template parameter, not a run-time test:
+// a branch on softcap inside the unrolled element loops compiled to one branch (and one reconvergence
+// point) per element, which serialized the exp2 latencies of the whole tile; and the tanh path with its
+// division is most of the loop's code, which the common case should not have to fetch.
+template <bool kSoftcap>
 struct ScoreMath {
   float scale_log2;  // softmax scale * log2(e)
   float scale;       // softmax scale
-  float softcap;     // 0 = off
+  float softcap;     // > 0 when kSoftcap
   float inv_softcap;
 
   __device__ __forceinline__ static ScoreMath make(const AttnParams& a) {
@@ -139,7 +175,7 @@ struct ScoreMath {
     m.scale_log2 = a.scale_log2;
     m.scale = a.scale;
     m.softcap = a.softcap;
-    m.inv_softcap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
+    m.inv_softcap = kSoftcap ? 1.0f / a.softcap : 0.0f;
     return m;
   }
 
@@ -149,17 +185,23 @@ struct ScoreMath {
   // lse_log2 is +inf on rows that see no key and on padding rows, which gives P = 0 there (not NaN).
   // A masked element gets P = 0 by selection, never by arithmetic on -inf.
   __device__ __forceinline__ float p_of(float s, float lse_log2, bool visible, float* pg) const {
-    float p, grad = 1.0f;
-    if (softcap > 0.0f) {
-      const float capped = softcap * tanhf(s * scale * inv_softcap);
-      p = fast_exp2(capped * core::kLog2e - lse_log2);
-      grad = core::softcap_grad(capped, softcap);
+    if constexpr (kSoftcap) {
+      // tanh(x) = 1 - 2 / (2^(2 x log2 e) + 1): two special-function instructions instead of tanhf's
+      // polynomial, which spilled the d = 256 kernels. Its error is absolute (~1e-7; relative near 0),
+      // which is what P = exp(softcap * t - LSE) and 1 - t^2 need; +-inf scores give t = +-1.
+      const float x = s * scale * inv_softcap;
+      const float t = 1.0f - __fdividef(2.0f, fast_exp2(x * (2.0f * core::kLog2e)) + 1.0f);  // capped / softcap
+      float p = fast_exp2(softcap * t * core::kLog2e - lse_log2);
+      p = visible ? p : 0.0f;
+      *pg = p * (1.0f - t * t);  // d(c tanh(x / c))/dx = 1 - tanh^2
+      return p;
     } else {
-      p = fast_exp2(s * scale_log2 - lse_log2);
+      // exp2 unconditionally, then a select: a conditional exp2 compiles to a branch per element.
+      const float e = fast_exp2(s * scale_log2 - lse_log2);
+      const float p = visible ? e : 0.0f;
+      *pg = p;
+      return p;
     }
-    p = visible ? p : 0.0f;
-    *pg = p * grad;
-    return p;
   }
 
   // Both at once, for callers that hold S and dP together.
