@@ -41,8 +41,9 @@ constexpr const char* dtype_tag<__nv_bfloat16>() { return "bf16"; }
 // The KV-parallel dK/dV (+ atomic dQ) kernel.
 // Measured on the H200 (d = 128, bf16, seqlen 8192): the kernel is latency-bound, not bandwidth-bound:
 // dK/dV in registers cost 255 registers per thread, hence 1 CTA (8 warps) per SM; the tensor pipe is
-// ~28% busy, shared memory ~49%, and the dQ atomics take ~20% of the time. Warp-grid shape moves it by
-// ~2%; more warps in flight or deeper fragment prefetch is where the remaining speed is.
+// ~28% busy, shared memory ~49%, and the dQ atomics take ~20% of the time (that profile predates the
+// softcap template parameter, which took 13-18% off). Warp-grid shape moves it by ~2%; pipelined
+// fragment loads pay at d = 64 only (kPrefetchFragments), so more warps in flight is the next lever.
 //
 // Query rows per inner tile: 128 at d = 64 (measured 8% faster than 64 on the H200: half the barriers
 // and per-tile overheads per key, and B fragments reused over twice the rows), 64 above, where S and dP of
