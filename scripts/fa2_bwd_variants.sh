@@ -46,12 +46,21 @@ for v in "$@"; do
     # shellcheck disable=SC2086
     line=$("$BUILD/flashattn" run --algo fa2 --backward --warmup-ms 200 --repeat 30 --seed 1 --json $s 2>/dev/null)
     rc=$?
-    ms=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); b=d["backward"]; print(b["ms"], b["tflops"], d["backward_check"]["status"])' "$line" 2>/dev/null)
-    printf '  %-60s %s (rc %d)\n' "$s" "${ms:-no result}" "$rc"
     [ $first -eq 1 ] || echo "," >>"$OUT_JSON"
     first=0
-    python3 -c 'import json,sys; d=json.loads(sys.argv[3]) if sys.argv[3] else {}; print(json.dumps({"variant": sys.argv[1], "spec": sys.argv[2], "shape": sys.argv[4], "rc": int(sys.argv[5]), "backward": d.get("backward"), "backward_kernel": d.get("backward_kernel"), "check": d.get("backward_check", {}).get("status")}))' \
-      "$name" "$spec" "$line" "$s" "$rc" >>"$OUT_JSON"
+    # One record per run into the JSON; its summary (ms, TFLOP/s, reduced-copy check) on stdout.
+    python3 - "$name" "$spec" "$line" "$s" "$rc" "$OUT_JSON" <<'PY'
+import json, sys
+name, spec, line, shape, rc, out = sys.argv[1:]
+d = json.loads(line) if line else {}
+bwd = d.get("backward")
+check = d.get("backward_check", {}).get("status")
+with open(out, "a") as f:
+    f.write(json.dumps({"variant": name, "spec": spec, "shape": shape, "rc": int(rc), "backward": bwd,
+                        "backward_kernel": d.get("backward_kernel"), "check": check}) + "\n")
+summary = f"{bwd['ms']} {bwd['tflops']} {check}" if bwd else "no result"
+print(f"  {shape:<60} {summary} (rc {rc})")
+PY
   done
 done
 echo "]" >>"$OUT_JSON"
