@@ -3,9 +3,11 @@
 #
 # Usage: bash scripts/ncu_profile.sh [results-dir] [profile ...]
 #   profiles: fa3_d128_n8192 fa3_d128_n512 fa3_d64_n8192 fa3_d256_n8192 fa3_d128_n8192_causal
-#             decode_b1_32k decode_b64_4k fa2_bwd_d128_n8192   (default: all of them)
+#             decode_b1_32k decode_b64_4k fa2_bwd_d128_n8192 sdpa_flash_bwd_d128_n8192   (default: all)
 # For each profile it writes <profile>.txt (the sections below, one launch after warm-up) and, for the
-# fa3 profiles, <profile>_sass.csv.gz (per-instruction samples: where the warps stall). Clocks are left as
+# fa3 and backward profiles, <profile>_sass.csv.gz (per-instruction samples: where the warps stall).
+# sdpa_flash_bwd_* profiles PyTorch's flash backend (the peer of fa2) on the same shape as ours, for a
+# side-by-side reading of the two kernels; it needs torch with CUDA. Clocks are left as
 # they are (--clock-control none). Environment: FLASHATTN_BUILD_DIR (default build-gpu-check; built here
 # with FLASHATTN_CUDA_ARCHITECTURES, default 90a, when it holds no CLI), NCU (default ncu on PATH or in
 # /usr/local/cuda/bin).
@@ -44,7 +46,25 @@ PROFILES=(
   "decode_b1_32k|decode_splitkv_kernel|--kv-cache --batch 1 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 32768"
   "decode_b64_4k|decode_splitkv_kernel|--kv-cache --batch 64 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 4096"
   "fa2_bwd_d128_n8192|dkdv_kernel|--algo fa2 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --backward"
+  "sdpa_flash_bwd_d128_n8192|flash_bwd_dq_dk_dv|sdpa 2 16 8192 128"
 )
+
+# PyTorch SDPA (flash backend, bf16, forward + backward three times) on: batch heads seqlen head_dim.
+SDPA_PY=$OUT/sdpa_once.py
+cat >"$SDPA_PY" <<'PY'
+import sys
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+b, h, n, d = map(int, sys.argv[1:5])
+torch.manual_seed(1)
+q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+g = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    for _ in range(3):
+        F.scaled_dot_product_attention(q, k, v).backward(g)
+torch.cuda.synchronize()
+PY
 
 want=("$@")
 selected() {
@@ -60,18 +80,25 @@ for entry in "${PROFILES[@]}"; do
   selected "$name" || continue
   echo "ncu_profile: $name"
   rep="$OUT/$name"
-  # shellcheck disable=SC2086
+  if [[ $args == sdpa\ * ]]; then
+    # shellcheck disable=SC2206
+    cmd=(python3 "$SDPA_PY" ${args#sdpa })
+  else
+    # shellcheck disable=SC2206
+    cmd=("$CLI" run $args --repeat 1 --warmup 2 --samples 2 --seed 1)
+  fi
   if ! "$NCU" --clock-control none -k "regex:$kernel" -s 2 -c 1 "${SECTIONS[@]}" --import-source no \
-       -f -o "$rep" "$CLI" run $args --repeat 1 --warmup 2 --samples 2 --seed 1 >"$rep.log" 2>&1; then
+       -f -o "$rep" "${cmd[@]}" >"$rep.log" 2>&1; then
     echo "ncu_profile: $name failed ($rep.log)" >&2
     rc=1
     continue
   fi
   "$NCU" --import "$rep.ncu-rep" --print-details all >"$rep.txt" 2>&1
   cat "$rep.log" >>"$rep.txt"
-  if [[ $name == fa3* ]]; then
+  if [[ $name == fa3* || $name == *bwd* ]]; then
     "$NCU" --import "$rep.ncu-rep" --page source --print-source sass --csv 2>/dev/null | gzip -9 >"$rep"_sass.csv.gz
   fi
   rm -f "$rep.ncu-rep" "$rep.log"
 done
+rm -f "$SDPA_PY"
 exit $rc

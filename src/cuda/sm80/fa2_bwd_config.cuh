@@ -39,11 +39,13 @@ template <>
 constexpr const char* dtype_tag<__nv_bfloat16>() { return "bf16"; }
 
 // The KV-parallel dK/dV (+ atomic dQ) kernel.
-// Measured on the H200 (d = 128, bf16, seqlen 8192): the kernel is latency-bound, not bandwidth-bound:
-// dK/dV in registers cost 255 registers per thread, hence 1 CTA (8 warps) per SM; the tensor pipe is
-// ~28% busy, shared memory ~49%, and the dQ atomics take ~20% of the time (that profile predates the
-// softcap template parameter, which took 13-18% off). Warp-grid shape moves it by ~2%; pipelined
-// fragment loads pay at d = 64 only (kPrefetchFragments), so more warps in flight is the next lever.
+// Measured on the H200 (d = 128, bf16, seqlen 8192, Nsight Compute, scripts/ncu_profile.sh): the kernel is
+// latency-bound: dK/dV in registers cost 255 registers per thread, hence 1 CTA (8 warps) per SM. Next to
+// PyTorch's FA2 kernel with the same tiles and warp grids (sdpa_flash_bwd profile), it executes the same
+// mma.sync count but ~1.5x the instructions: IMAD (address arithmetic of the partially unrolled k-loops,
+// rematerialized under the register pressure) is 21% of ours and 3% of theirs, and the tensor pipe is
+// busy 38% of the cycles against their 48%. The dQ atomics and the dQ product together are ~25% of the
+// time (measured by leaving both out).
 //
 // Query rows per inner tile: 128 at d = 64 (measured 8% faster than 64 on the H200: half the barriers
 // and per-tile overheads per key, and B fragments reused over twice the rows), 64 above, where S and dP of
@@ -94,7 +96,9 @@ struct DkdvConfig {
   // Accumulators live at once: dK + dV always, S (as P * softcap') + dP in the second product of a tile,
   // dQ in the last. Above kTileRegBudget next to dK/dV, dP or dQ is formed in two column passes (each
   // pass reloads its A fragments) so the kernel stays spill-free.
-  static constexpr int kTileRegBudget = 160;
+  // 192 at d = 128: dP in one pass (254 registers, no spills) measured 5% faster on the H200 than two
+  // passes; d = 64, with its 128-row tile, spills at 192.
+  static constexpr int kTileRegBudget = kHeadDim == 128 ? 192 : 160;
   static constexpr int kDkdvRegs = 2 * kKvRowTiles * kKvColTiles * 4;
   static constexpr int kSRegs = kSRowTiles * kSColTiles * 4;
   static constexpr int kQRegs = kQRowTiles * kQColTiles * 4;

@@ -10,6 +10,8 @@
 // Q, dO and the per-row LSE and D of the next tile load with cp.async while the current one computes.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/sm80/fa2_bwd_tile.cuh"
 
 namespace flashattn::cuda::fa2_bwd {
@@ -112,32 +114,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
             load_b_nk(f, sK, Cfg::kStrideD, s_col + np * 2 * kMmaN, kk * kMmaK, lane);
           });
       // Fragment element e of tile (mt, nt) sits at row s_row + 16 mt + g + 8 (e / 2), column
-      // s_col + 8 nt + 2 t4 + e % 2. Only tiles that cross the mask boundary (or the end of the keys) pay
-      // for per-element tests. S is overwritten with P * softcap' to keep the register budget.
+      // s_col + 8 nt + 2 t4 + e % 2. S is overwritten with P * softcap' to keep the register budget.
       // The mask and the score constants are rebuilt here from the kernel parameters (constant bank)
       // rather than kept live across the loop: registers are the scarce resource of this kernel.
       const core::MaskSpec mask = core::MaskSpec::make(len_q, len_k, a.causal, a.window_left, a.window_right);
       const ScoreMath<kSoftcap> math = ScoreMath<kSoftcap>::make(a);
-      const bool boundary = !mask.tile_fully_visible(m0, min(m0 + kM, len_q), n0, n0 + kN);
+      // P of the whole warp tile; kMasked: per-element visibility tests (tiles on the mask boundary or
+      // past the last key). Two code paths, so that the common interior tile issues no mask arithmetic at
+      // all: with one path and a run-time `boundary` flag, the tests were predicated off but still issued,
+      // and the row key ranges (64-bit mask arithmetic) computed on every tile.
+      auto p_tile = [&](auto masked) {
+        constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-      for (int mt = 0; mt < Cfg::kSRowTiles; ++mt) {
-        const int r_lo = s_row + mt * kMmaM + g, r_hi = r_lo + 8;
-        const float lse_lo = sLse[r_lo], lse_hi = sLse[r_hi];
-        const RowKeys keys_lo = RowKeys::of(mask, m0 + r_lo), keys_hi = RowKeys::of(mask, m0 + r_hi);
+        for (int mt = 0; mt < Cfg::kSRowTiles; ++mt) {
+          const int r_lo = s_row + mt * kMmaM + g, r_hi = r_lo + 8;
+          const float lse_lo = sLse[r_lo], lse_hi = sLse[r_hi];
+          RowKeys keys_lo{0, 0}, keys_hi{0, 0};
+          if constexpr (kMasked) keys_lo = RowKeys::of(mask, m0 + r_lo), keys_hi = RowKeys::of(mask, m0 + r_hi);
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kSColTiles; ++nt) {
-          const int col = s_col + nt * kMmaN + 2 * t4;
-          float p[4];
+          for (int nt = 0; nt < Cfg::kSColTiles; ++nt) {
+            const int col = s_col + nt * kMmaN + 2 * t4;
+            float p[4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const bool hi = e >= 2;
-            const bool visible = !boundary || (hi ? keys_hi : keys_lo).sees(n0 + col + e % 2);
-            p[e] = math.p_of(s[mt][nt][e], hi ? lse_hi : lse_lo, visible, &s[mt][nt][e]);
+            for (int e = 0; e < 4; ++e) {
+              const bool hi = e >= 2;
+              const bool visible = !kMasked || (hi ? keys_hi : keys_lo).sees(n0 + col + e % 2);
+              p[e] = math.p_of(s[mt][nt][e], hi ? lse_hi : lse_lo, visible, &s[mt][nt][e]);
+            }
+            *reinterpret_cast<uint32_t*>(sP + r_lo * Cfg::kStrideN + col) = pack2<T>(p[0], p[1]);
+            *reinterpret_cast<uint32_t*>(sP + r_hi * Cfg::kStrideN + col) = pack2<T>(p[2], p[3]);
           }
-          *reinterpret_cast<uint32_t*>(sP + r_lo * Cfg::kStrideN + col) = pack2<T>(p[0], p[1]);
-          *reinterpret_cast<uint32_t*>(sP + r_hi * Cfg::kStrideN + col) = pack2<T>(p[2], p[3]);
         }
-      }
+      };
+      if (mask.tile_fully_visible(m0, min(m0 + kM, len_q), n0, n0 + kN))
+        p_tile(std::false_type{});
+      else
+        p_tile(std::true_type{});
 
 #pragma unroll
       for (int pass = 0; pass < Cfg::kDpPasses; ++pass) {
