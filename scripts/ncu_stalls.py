@@ -2,7 +2,8 @@
 """Where the warps of one kernel stall, from the per-instruction CSV that scripts/ncu_profile.sh writes
 (<profile>_sass.csv.gz: `ncu --page source --print-source sass --csv`).
 
-Prints the stall samples by reason and by opcode, then the instructions with the most samples (index in
+Prints the stall samples by reason and by opcode, the executed instructions by opcode (the instruction mix:
+compare two kernels that run the same mma count), then the instructions with the most samples (index in
 the listing, share of all samples, executions, SASS, the top three reasons). With --range A B it prints
 the listing of instructions A..B instead, with each one's share.
 
@@ -44,14 +45,19 @@ def main(argv):
     reasons = [h for h in header if h.startswith("stall_") and "(Not Issued)" not in h]
     by_reason = collections.Counter()
     by_opcode = collections.Counter()
+    executed = collections.Counter()
     for r in data:
         for s in reasons:
             by_reason[s[6:]] += int(r[ix[s]] or 0)
         words = [w for w in r[ix["Source"]].split() if not w.startswith("@")]
-        by_opcode[words[0].split(".")[0] if words else "?"] += samples(r)
-    print(f"{len(data)} instructions, {total} samples")
+        opcode = words[0].split(".")[0] if words else "?"
+        by_opcode[opcode] += samples(r)
+        executed[opcode] += int(r[ix["Instructions Executed"]] or 0)
+    n_exec = sum(executed.values()) or 1
+    print(f"{len(data)} instructions, {total} samples, {n_exec} warp instructions executed")
     print("by reason:", ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in by_reason.most_common(10)))
     print("by opcode:", ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in by_opcode.most_common(12)))
+    print("executed: ", ", ".join(f"{k} {100 * v / n_exec:.1f}%" for k, v in executed.most_common(12)))
     for i in sorted(range(len(data)), key=lambda i: -samples(data[i]))[:args.top]:
         r = data[i]
         top = sorted(((int(r[ix[s]] or 0), s[6:]) for s in reasons), reverse=True)[:3]
