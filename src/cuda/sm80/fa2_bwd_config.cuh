@@ -42,10 +42,11 @@ constexpr const char* dtype_tag<__nv_bfloat16>() { return "bf16"; }
 // Measured on the H200 (d = 128, bf16, seqlen 8192, Nsight Compute, scripts/ncu_profile.sh): the kernel is
 // latency-bound: dK/dV in registers cost 255 registers per thread, hence 1 CTA (8 warps) per SM. Next to
 // PyTorch's FA2 kernel with the same tiles and warp grids (sdpa_flash_bwd profile), it executes the same
-// mma.sync count but ~1.5x the instructions: IMAD (address arithmetic of the partially unrolled k-loops,
-// rematerialized under the register pressure) is 21% of ours and 3% of theirs, and the tensor pipe is
-// busy 38% of the cycles against their 48%. The dQ atomics and the dQ product together are ~25% of the
-// time (measured by leaving both out).
+// mma.sync count but ~1.5x the instructions (IMAD 21% of ours, 3% of theirs), and the tensor pipe is busy
+// 38% of the cycles against their 48%. Most of the extra integer work is per query tile, not per k-step:
+// 20% of our executed instructions are the loop top (the next tile's cp.async addresses, 64-bit
+// row * stride per 16-byte chunk, the `it / m_count` division) and 12% the dQ atomics' addressing. The
+// dQ atomics and the dQ product together are ~25% of the time (measured by leaving both out).
 //
 // Query rows per inner tile: 128 at d = 64 (measured 8% faster than 64 on the H200: half the barriers
 // and per-tile overheads per key, and B fragments reused over twice the rows), 64 above, where S and dP of

@@ -130,7 +130,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
           const int r_lo = s_row + mt * kMmaM + g, r_hi = r_lo + 8;
           const float lse_lo = sLse[r_lo], lse_hi = sLse[r_hi];
           RowKeys keys_lo{0, 0}, keys_hi{0, 0};
-          if constexpr (kMasked) keys_lo = RowKeys::of(mask, m0 + r_lo), keys_hi = RowKeys::of(mask, m0 + r_hi);
+          if constexpr (kMasked) {
+            keys_lo = RowKeys::of(mask, m0 + r_lo);
+            keys_hi = RowKeys::of(mask, m0 + r_hi);
+          }
 #pragma unroll
           for (int nt = 0; nt < Cfg::kSColTiles; ++nt) {
             const int col = s_col + nt * kMmaN + 2 * t4;
