@@ -294,6 +294,18 @@ TEST(Fa2BackwardSupport, NamesKernelAndRefusesWhatIsNotBuilt) {
     EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
     EXPECT_NE(s.message().find("16-byte"), std::string::npos) << s.message();
   }
+  {
+    // A row stride too large for the kernels' 32-bit offsets inside one tile (128 rows): refused, not
+    // wrapped. The check reads no data, so the view may claim more than its allocation.
+    HostCase h(c, rng);
+    DeviceCase d(h);
+    BackwardArgs args = d.backward_args();
+    args.dout.stride[1] = int64_t(1) << 24;  // elements between rows; 128 * 2^24 > 2^31
+    args.dout.stride[0] = args.dout.stride[1] * c.seqlen_q;
+    const Status s = flashattn::check_supported(args);
+    EXPECT_EQ(s.code(), StatusCode::kNotSupported) << s.to_string();
+    EXPECT_NE(s.message().find("32-bit"), std::string::npos) << s.message();
+  }
 }
 
 // Speed print, not an assertion (timing belongs to benchmarks): run with --gtest_also_run_disabled_tests.

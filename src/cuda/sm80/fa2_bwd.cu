@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <string>
 
 #include "cuda/common/problem_params.cuh"
@@ -25,6 +26,9 @@ using detail::Strided;
 constexpr int kMinCcMajor = 8;      // cp.async, ldmatrix and bf16 mma.sync arrived with sm80
 constexpr int kCopyAlignBytes = 16;  // every cp.async / vector access moves 16 bytes
 constexpr int64_t kMaxGridYz = 65535;
+// Tile loads (fa2::TileLoader) use 32-bit element offsets inside one tile of at most kMaxTileRows rows.
+constexpr int64_t kMaxTileRows = 128;
+constexpr int64_t kMaxRowStride = int64_t(INT_MAX) / kMaxTileRows;
 
 template <typename T, int D>
 struct Tag {
@@ -70,10 +74,15 @@ Status check_copy_alignment(const char* name, const Strided& t, int64_t batch, i
   const bool ok = reinterpret_cast<uintptr_t>(t.ptr) % kCopyAlignBytes == 0 &&
                   (batch <= 1 || t.batch_stride % stride_unit == 0) && (rows <= 1 || t.row_stride % stride_unit == 0) &&
                   (heads <= 1 || t.head_stride % stride_unit == 0);
-  if (ok) return Status::Ok();
-  return Status::NotSupported(std::string("algorithm fa2: backward needs ") + name +
-                              " 16-byte aligned with strides that are multiples of " + std::to_string(stride_unit) +
-                              " elements (cp.async copies 16 bytes)");
+  if (!ok)
+    return Status::NotSupported(std::string("algorithm fa2: backward needs ") + name +
+                                " 16-byte aligned with strides that are multiples of " + std::to_string(stride_unit) +
+                                " elements (cp.async copies 16 bytes)");
+  if (rows > 1 && t.row_stride > kMaxRowStride)
+    return Status::NotSupported(std::string("algorithm fa2: backward: ") + name + " row stride " +
+                                std::to_string(t.row_stride) + " elements exceeds " + std::to_string(kMaxRowStride) +
+                                " (tiles are addressed with 32-bit offsets)");
+  return Status::Ok();
 }
 
 template <typename T, int D>
@@ -100,6 +109,9 @@ Status check(const Problem& p, const Context& ctx, std::string* kernel) {
   std::string name;
   fa2_bwd::with_dkdv_config<T, D>(ctx.smem_optin, [&](auto cfg) {
     using KCfg = decltype(cfg);
+    static_assert(KCfg::kBlockM <= kMaxTileRows && KCfg::kBlockN <= kMaxTileRows &&
+                      QCfg::kBlockM <= kMaxTileRows && QCfg::kBlockN <= kMaxTileRows,
+                  "the row-stride limit assumes tiles of at most kMaxTileRows rows");
     smem = std::max<size_t>(KCfg::kSmemBytes, p.deterministic ? QCfg::kSmemBytes : 0);
     name = kernel_name<KCfg>(p.deterministic);
   });

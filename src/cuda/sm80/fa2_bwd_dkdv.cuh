@@ -52,53 +52,72 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
   const int q_row = (warp % Cfg::kQWarpsM) * Cfg::kQRowTiles * kMmaM;
   const int q_col = (warp / Cfg::kQWarpsM) * Cfg::kQColTiles * kMmaN;
 
+  // Row of dq_accum (packed order, see packed_q_row) of this sequence's first query row.
+  const int64_t q_packed0 = packed_q_row(a, b, 0);
+
   float dk[Cfg::kKvRowTiles][Cfg::kKvColTiles][4], dv[Cfg::kKvRowTiles][Cfg::kKvColTiles][4];
   zero(dk);
   zero(dv);
 
-  // Issues the cp.async loads of query tile `it` (head, row block flattened) into stage `st`.
-  auto load_query_tile = [&](int it, int st) {
-    const int h = kv_head * group + it / m_count;
-    const int m0 = (m_first + it % m_count) * kM;
-    const int64_t row0 = int64_t(a.q_offset(b)) + m0;
-    const T* q = static_cast<const T*>(a.q.ptr) + b * a.q.batch_stride + row0 * a.q.row_stride + h * a.q.head_stride;
-    const T* dout = static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride + row0 * a.dout.row_stride +
-                    h * a.dout.head_stride;
+  // Query tiles are visited head-major: (head kv_head * group, row blocks m_first..), then the next head
+  // of the group. The coordinates advance by increment (no division by m_count), and every address below
+  // is a per-tile base plus a per-thread 32-bit offset: with all 255 registers taken by the products, the
+  // compiler recomputes the addressing at the top of every tile, so it has to be cheap to recompute.
+  const int m_begin = m_first * kM, m_end = (m_first + m_count) * kM;
+  struct QueryTile {
+    int h, m0;
+  };
+  auto next_tile = [&](QueryTile t) {
+    t.m0 += kM;
+    if (t.m0 >= m_end) t.m0 = m_begin, ++t.h;
+    return t;
+  };
+  const int q_off = a.q_offset(b);  // first row of this sequence in q / dout
+  const T* const q_bh = static_cast<const T*>(a.q.ptr) + b * a.q.batch_stride + int64_t(q_off) * a.q.row_stride;
+  const T* const do_bh =
+      static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride + int64_t(q_off) * a.dout.row_stride;
+  const fa2::TileLoader<kM, kD, Cfg::kStrideD, Cfg::kThreads> q_loader(tid);
+
+  // Issues the cp.async loads of query tile t into stage `st`.
+  auto load_query_tile = [&](QueryTile t, int st) {
+    const T* q = q_bh + int64_t(t.m0) * a.q.row_stride + t.h * a.q.head_stride;
+    const T* dout = do_bh + int64_t(t.m0) * a.dout.row_stride + t.h * a.dout.head_stride;
     T* sQ = reinterpret_cast<T*>(smem + Cfg::kOffQ + st * Cfg::kQTileBytes);
     T* sDo = reinterpret_cast<T*>(smem + Cfg::kOffDo + st * Cfg::kQTileBytes);
-    load_tile_async<kM, kD, Cfg::kThreads>(sQ, q, a.q.row_stride, len_q - m0, tid);
-    load_tile_async<kM, kD, Cfg::kThreads>(sDo, dout, a.dout.row_stride, len_q - m0, tid);
-    const int64_t vec = row_vec_base(a, ws, b, h) + m0;  // rows_pad covers the whole tile
+    q_loader.load(sQ, q, int(a.q.row_stride), len_q - t.m0, kD);
+    q_loader.load(sDo, dout, int(a.dout.row_stride), len_q - t.m0, kD);
+    const int64_t vec = row_vec_base(a, ws, b, t.h) + t.m0;  // rows_pad covers the whole tile
     load_row_vec_async<kM>(reinterpret_cast<float*>(smem + Cfg::kOffLse + st * Cfg::kRowVecBytes), ws.lse_log2 + vec,
                            tid);
     load_row_vec_async<kM>(reinterpret_cast<float*>(smem + Cfg::kOffDelta + st * Cfg::kRowVecBytes), ws.delta + vec,
                            tid - kM / kFloatsPerChunk);  // the next threads copy D
   };
 
+  QueryTile cur{kv_head * group, m_begin};
   if (num_tiles > 0) {
     const int64_t krow0 = int64_t(a.k_offset(b)) + n0;
-    load_tile_async<kN, kD, Cfg::kThreads>(sK,
-                                           static_cast<const T*>(a.k.ptr) + b * a.k.batch_stride +
-                                               krow0 * a.k.row_stride + kv_head * a.k.head_stride,
-                                           a.k.row_stride, keys_valid, tid);
-    load_tile_async<kN, kD, Cfg::kThreads>(sV,
-                                           static_cast<const T*>(a.v.ptr) + b * a.v.batch_stride +
-                                               krow0 * a.v.row_stride + kv_head * a.v.head_stride,
-                                           a.v.row_stride, keys_valid, tid);
-    load_query_tile(0, 0);
+    const fa2::TileLoader<kN, kD, Cfg::kStrideD, Cfg::kThreads> kv_loader(tid);
+    kv_loader.load(sK,
+                   static_cast<const T*>(a.k.ptr) + b * a.k.batch_stride + krow0 * a.k.row_stride +
+                       kv_head * a.k.head_stride,
+                   int(a.k.row_stride), keys_valid, kD);
+    kv_loader.load(sV,
+                   static_cast<const T*>(a.v.ptr) + b * a.v.batch_stride + krow0 * a.v.row_stride +
+                       kv_head * a.v.head_stride,
+                   int(a.v.row_stride), keys_valid, kD);
+    load_query_tile(cur, 0);
     cp_async_commit();
   }
 
-  for (int it = 0; it < num_tiles; ++it) {
+  for (int it = 0; it < num_tiles; ++it, cur = next_tile(cur)) {
     const int st = it % Cfg::kStages;
     // The other stage was last read in iteration it - 1, which ended with a barrier: safe to refill.
-    if (it + 1 < num_tiles) load_query_tile(it + 1, (it + 1) % Cfg::kStages);
+    if (it + 1 < num_tiles) load_query_tile(next_tile(cur), (it + 1) % Cfg::kStages);
     cp_async_commit();    // possibly empty: keeps "all but the newest group" = this tile
     cp_async_wait<1>();
     __syncthreads();
 
-    const int h = kv_head * group + it / m_count;
-    const int m0 = (m_first + it % m_count) * kM;
+    const int h = cur.h, m0 = cur.m0;
     const T* sQ = reinterpret_cast<const T*>(smem + Cfg::kOffQ + st * Cfg::kQTileBytes);
     const T* sDo = reinterpret_cast<const T*>(smem + Cfg::kOffDo + st * Cfg::kQTileBytes);
     const float* sLse = reinterpret_cast<const float*>(smem + Cfg::kOffLse + st * Cfg::kRowVecBytes);
@@ -221,18 +240,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
             [&](uint32_t(&f)[2][2], int np, int kk) {
               load_b_kn(f, sK, Cfg::kStrideD, kk * kMmaK, col0 + np * 2 * kMmaN, lane);
             });
+        // Rows of the accumulator are heads_q * kD floats apart; the per-thread offsets fit 32 bits
+        // (heads_q <= 65535, checked on the host).
+        const int row_floats = a.heads_q * kD;
+        float* const acc_tile = ws.dq_accum + ((q_packed0 + m0) * a.heads_q + h) * kD;
+        // Padding rows carry dS = 0 but belong to the next sequence (varlen) or to nothing: never add them.
+        // Tiles inside the sequence skip the row tests (a separate code path, as for P).
+        auto add_rows = [&](auto checked) {
 #pragma unroll
-        for (int mt = 0; mt < Cfg::kQRowTiles; ++mt) {
-          const int r_lo = m0 + q_row + mt * kMmaM + g, r_hi = r_lo + 8;
-          // Padding rows carry dS = 0 but belong to the next sequence (varlen) or to nothing: never add them.
-          float* const acc_lo = ws.dq_accum + (packed_q_row(a, b, r_lo) * a.heads_q + h) * kD + col0 + 2 * t4;
-          float* const acc_hi = acc_lo + int64_t(8) * a.heads_q * kD;
+          for (int mt = 0; mt < Cfg::kQRowTiles; ++mt) {
+            const int r_lo = q_row + mt * kMmaM + g;  // tile row
+            float* const acc_lo = acc_tile + (r_lo * row_floats + col0 + 2 * t4);
+            float* const acc_hi = acc_lo + 8 * row_floats;
+            const bool lo_ok = !decltype(checked)::value || m0 + r_lo < len_q;
+            const bool hi_ok = !decltype(checked)::value || m0 + r_lo + 8 < len_q;
 #pragma unroll
-          for (int nt = 0; nt < kTiles; ++nt) {
-            if (r_lo < len_q) atomic_add2(acc_lo + nt * kMmaN, dq[mt][nt][0], dq[mt][nt][1]);
-            if (r_hi < len_q) atomic_add2(acc_hi + nt * kMmaN, dq[mt][nt][2], dq[mt][nt][3]);
+            for (int nt = 0; nt < kTiles; ++nt) {
+              if (lo_ok) atomic_add2(acc_lo + nt * kMmaN, dq[mt][nt][0], dq[mt][nt][1]);
+              if (hi_ok) atomic_add2(acc_hi + nt * kMmaN, dq[mt][nt][2], dq[mt][nt][3]);
+            }
           }
-        }
+        };
+        if (m0 + kM <= len_q)
+          add_rows(std::false_type{});
+        else
+          add_rows(std::true_type{});
       }
     }
     __syncthreads();  // every warp is done with this stage and with P/dS before they are overwritten

@@ -9,6 +9,8 @@
 // same size, about 1.4x the FLOPs of the default mode, and no dQ accumulator traffic.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/sm80/fa2_bwd_tile.cuh"
 
 namespace flashattn::cuda::fa2_bwd {
@@ -47,29 +49,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
 #pragma unroll
     for (int e = 0; e < 4; ++e) dq[i][e] = 0.0f;
 
-  const int64_t krow_base = a.k_offset(b);
+  // Per-tile addressing is a base pointer plus per-thread 32-bit offsets (fa2::TileLoader): the loop top
+  // recomputes it for every KV tile.
+  const int k_off = a.k_offset(b);
+  const T* const k_bh = static_cast<const T*>(a.k.ptr) + b * a.k.batch_stride + int64_t(k_off) * a.k.row_stride +
+                        kv_head * a.k.head_stride;
+  const T* const v_bh = static_cast<const T*>(a.v.ptr) + b * a.v.batch_stride + int64_t(k_off) * a.v.row_stride +
+                        kv_head * a.v.head_stride;
+  const fa2::TileLoader<kN, kD, Cfg::kStrideD, Cfg::kThreads> kv_loader(tid);
   auto load_kv_tile = [&](int n_block, int st) {
     const int n0 = n_block * kN;
-    const int64_t krow0 = krow_base + n0;
     T* sK = reinterpret_cast<T*>(smem + Cfg::kOffK + st * Cfg::kKvTileBytes);
     T* sV = reinterpret_cast<T*>(smem + Cfg::kOffV + st * Cfg::kKvTileBytes);
-    load_tile_async<kN, kD, Cfg::kThreads>(
-        sK, static_cast<const T*>(a.k.ptr) + b * a.k.batch_stride + krow0 * a.k.row_stride + kv_head * a.k.head_stride,
-        a.k.row_stride, len_k - n0, tid);
-    load_tile_async<kN, kD, Cfg::kThreads>(
-        sV, static_cast<const T*>(a.v.ptr) + b * a.v.batch_stride + krow0 * a.v.row_stride + kv_head * a.v.head_stride,
-        a.v.row_stride, len_k - n0, tid);
+    kv_loader.load(sK, k_bh + int64_t(n0) * a.k.row_stride, int(a.k.row_stride), len_k - n0, kD);
+    kv_loader.load(sV, v_bh + int64_t(n0) * a.v.row_stride, int(a.v.row_stride), len_k - n0, kD);
   };
 
   if (!blocks.empty()) {
     const int64_t qrow0 = int64_t(a.q_offset(b)) + m0;
-    load_tile_async<kM, kD, Cfg::kThreads>(
-        sQ, static_cast<const T*>(a.q.ptr) + b * a.q.batch_stride + qrow0 * a.q.row_stride + h * a.q.head_stride,
-        a.q.row_stride, rows_valid, tid);
-    load_tile_async<kM, kD, Cfg::kThreads>(sDo,
-                                           static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride +
-                                               qrow0 * a.dout.row_stride + h * a.dout.head_stride,
-                                           a.dout.row_stride, rows_valid, tid);
+    const fa2::TileLoader<kM, kD, Cfg::kStrideD, Cfg::kThreads> q_loader(tid);
+    q_loader.load(sQ,
+                  static_cast<const T*>(a.q.ptr) + b * a.q.batch_stride + qrow0 * a.q.row_stride +
+                      h * a.q.head_stride,
+                  int(a.q.row_stride), rows_valid, kD);
+    q_loader.load(sDo,
+                  static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride + qrow0 * a.dout.row_stride +
+                      h * a.dout.head_stride,
+                  int(a.dout.row_stride), rows_valid, kD);
     load_kv_tile(int(blocks.first), 0);
     cp_async_commit();
   }
@@ -109,23 +115,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
       }
     }
 
-    const bool boundary = !mask.tile_fully_visible(m0, m0 + rows_valid, n0, n0 + kN);
     // dS as A fragments of dQ = dS K: the accumulator layout of column tiles 2k and 2k+1 is exactly the
     // A layout of k-step k (a0/a1 from tile 2k rows g/g+8, a2/a3 from tile 2k+1), so no shuffle is needed.
+    // kMasked: per-element visibility tests; a separate code path, so that interior tiles issue none
+    // (as in dkdv_kernel).
     uint32_t ads[Cfg::kSTiles / 2][4];
+    auto ds_tile = [&](auto masked) {
+      constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-    for (int i = 0; i < Cfg::kSTiles; ++i) {
-      float p[4], ds[4];
+      for (int i = 0; i < Cfg::kSTiles; ++i) {
+        float p[4], ds[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const bool hi = e >= 2;
-        const int key = n0 + i * kMmaN + 2 * t4 + e % 2;
-        const bool visible = !boundary || (hi ? keys_hi : keys_lo).sees(key);
-        math.p_ds(s[i][e], dp[i][e], hi ? lse_hi : lse_lo, hi ? d_hi : d_lo, visible, &p[e], &ds[e]);
+        for (int e = 0; e < 4; ++e) {
+          const bool hi = e >= 2;
+          const int key = n0 + i * kMmaN + 2 * t4 + e % 2;
+          const bool visible = !kMasked || (hi ? keys_hi : keys_lo).sees(key);
+          math.p_ds(s[i][e], dp[i][e], hi ? lse_hi : lse_lo, hi ? d_hi : d_lo, visible, &p[e], &ds[e]);
+        }
+        ads[i / 2][(i % 2) * 2] = pack2<T>(ds[0], ds[1]);
+        ads[i / 2][(i % 2) * 2 + 1] = pack2<T>(ds[2], ds[3]);
       }
-      ads[i / 2][(i % 2) * 2] = pack2<T>(ds[0], ds[1]);
-      ads[i / 2][(i % 2) * 2 + 1] = pack2<T>(ds[2], ds[3]);
-    }
+    };
+    if (mask.tile_fully_visible(m0, m0 + rows_valid, n0, n0 + kN))
+      ds_tile(std::false_type{});
+    else
+      ds_tile(std::true_type{});
 
 #pragma unroll
     for (int kk = 0; kk < kN / kMmaK; ++kk) {

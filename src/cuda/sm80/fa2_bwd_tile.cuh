@@ -1,6 +1,7 @@
-// Building blocks shared by the FA2 backward kernels: cp.async tile loads, warp-level mma.sync fragment
-// loads from padded shared-memory tiles, the score -> (P, dS) element math, and the query-row range of a
-// KV tile under the mask.
+// Building blocks shared by the FA2 backward kernels: cp.async loads of the per-row vectors (the 16-bit
+// tiles load with fa2::TileLoader, fa2_common.cuh), warp-level mma.sync fragment loads from padded
+// shared-memory tiles, the score -> (P, dS) element math, and the query-row range of a KV tile under the
+// mask.
 #pragma once
 
 #include <cstdint>
@@ -11,31 +12,11 @@
 #include "cuda/common/problem_params.cuh"
 #include "cuda/common/ptx_sm80.cuh"
 #include "cuda/sm80/fa2_bwd_config.cuh"
+#include "cuda/sm80/fa2_common.cuh"
 
 namespace flashattn::cuda::fa2_bwd {
 
 // ---- Global -> shared ----------------------------------------------------------------------------------
-
-// Copies a kRows x kCols tile (rows `row_stride` elements apart in global memory) into shared memory
-// with row stride kCols + kSmemPad. Rows >= rows_valid are zero-filled without reading global memory:
-// zeros keep S, dP and the products finite on the padding rows, which are then masked or carry P = 0.
-template <int kRows, int kCols, int kThreads, typename T>
-__device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, int64_t row_stride, int rows_valid,
-                                                int tid) {
-  constexpr int kChunksPerRow = kCols / kChunkElems;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  static_assert(kChunks % kThreads == 0, "tile must split evenly over the threads");
-#pragma unroll
-  for (int i = 0; i < kChunks / kThreads; ++i) {
-    const int c = tid + i * kThreads;
-    const int r = c / kChunksPerRow;
-    const int col = (c % kChunksPerRow) * kChunkElems;
-    const bool valid = r < rows_valid;
-    // An invalid row reads nothing (src-size 0), but its address still points at row 0 of the tile.
-    const T* src = gmem + (valid ? int64_t(r) * row_stride : 0) + col;
-    cp_async_16(smem + r * (kCols + kSmemPad) + col, src, valid);
-  }
-}
 
 // kRows fp32 values (contiguous, 16-byte aligned, always in bounds) into shared memory: the threads with
 // `chunk` in [0, kRows / 4) each copy 16 bytes; the others do nothing.
