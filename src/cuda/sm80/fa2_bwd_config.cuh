@@ -40,13 +40,15 @@ constexpr const char* dtype_tag<__nv_bfloat16>() { return "bf16"; }
 
 // The KV-parallel dK/dV (+ atomic dQ) kernel.
 // Measured on the H200 (d = 128, bf16, seqlen 8192, Nsight Compute, scripts/ncu_profile.sh): the kernel is
-// latency-bound: dK/dV in registers cost 255 registers per thread, hence 1 CTA (8 warps) per SM. Next to
-// PyTorch's FA2 kernel with the same tiles and warp grids (sdpa_flash_bwd profile), it executes the same
-// mma.sync count but ~1.5x the instructions (IMAD 21% of ours, 3% of theirs), and the tensor pipe is busy
-// 38% of the cycles against their 48%. Most of the extra integer work is per query tile, not per k-step:
-// 20% of our executed instructions are the loop top (the next tile's cp.async addresses, 64-bit
-// row * stride per 16-byte chunk, the `it / m_count` division) and 12% the dQ atomics' addressing. The
-// dQ atomics and the dQ product together are ~25% of the time (measured by leaving both out).
+// latency-bound: dK/dV in registers cost 255 registers per thread, hence 1 CTA (8 warps, 2 per scheduler)
+// per SM, and an instruction issues on 24% of the cycles (0.31 eligible warps per scheduler). With the
+// per-tile addressing cut down (loads from per-thread 32-bit offsets, no division, one dQ base per tile)
+// it executes 2.56 G warp instructions to 2.12 G of PyTorch's FA2 kernel with the same tiles and warp grids
+// (sdpa_flash_bwd profile; 3.13 G before), in the same time: the tensor pipe is busy 38% of the cycles
+// against their 48%. The stall samples spread over the phases of a tile (S, dP, dV, dK and dQ products
+// 10-14% each; the dQ reductions and the register reuse that waits for them ~15%); all 8 warps are in the
+// same phase at once, between barriers. The dQ atomics and the dQ product together are ~25% of the time
+// (measured by leaving both out).
 //
 // Query rows per inner tile: 128 at d = 64 (measured 8% faster than 64 on the H200: half the barriers
 // and per-tile overheads per key, and B fragments reused over twice the rows), 64 above, where S and dP of
@@ -165,7 +167,8 @@ struct DqConfig {
   static constexpr int kQTiles = kHeadDim / kMmaN;
   // k-steps of S = Q K^T / dP = dO V^T unrolled at once. The full unroll hoists the fragment loads of
   // every step next to the dQ accumulators and spills at d = 128, 192 and 256; two steps remove those
-  // spills (the d = 256 softcap kernel keeps 16 bytes of spill on sm_90a that no unroll count removes).
+  // spills (the d = 256 softcap kernel kept 16 bytes of spill on sm_90a until its K/V loads moved to
+  // fa2::TileLoader's per-thread offsets).
   static constexpr int kUnrollQk = 2;
   static_assert(kSTiles % 2 == 0 && kQTiles % 2 == 0, "fragment loads cover pairs of 8-column tiles");
   static_assert((kBlockM * kHeadDim / kChunkElems) % kThreads == 0, "Q/dO tiles must split evenly over threads");
