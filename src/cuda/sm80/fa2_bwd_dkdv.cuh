@@ -111,11 +111,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
 
   for (int it = 0; it < num_tiles; ++it, cur = next_tile(cur)) {
     const int st = it % Cfg::kStages;
-    // The other stage was last read in iteration it - 1, which ended with a barrier: safe to refill.
-    if (it + 1 < num_tiles) load_query_tile(next_tile(cur), (it + 1) % Cfg::kStages);
-    cp_async_commit();    // possibly empty: keeps "all but the newest group" = this tile
-    cp_async_wait<1>();
+    // One barrier both publishes this tile's copies and ends iteration it - 1 for every warp: after it,
+    // the other stage (read in it - 1) and the P/dS tiles are free, so the next tile's loads go out here
+    // and the iteration needs no barrier at its end.
+    cp_async_wait<0>();
     __syncthreads();
+    if (it + 1 < num_tiles) {
+      load_query_tile(next_tile(cur), (it + 1) % Cfg::kStages);
+      cp_async_commit();
+    }
 
     const int h = cur.h, m0 = cur.m0;
     const T* sQ = reinterpret_cast<const T*>(smem + Cfg::kOffQ + st * Cfg::kQTileBytes);
@@ -267,7 +271,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
           add_rows(std::true_type{});
       }
     }
-    __syncthreads();  // every warp is done with this stage and with P/dS before they are overwritten
   }
 
   // ---- Epilogue: dK * scale and dV in the input dtype (keys past the end are not written) ----

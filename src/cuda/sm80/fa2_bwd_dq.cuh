@@ -83,11 +83,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
   // Fixed ascending order over the KV tiles: the summation order of dQ never depends on scheduling.
   for (int n_block = int(blocks.first); n_block < int(blocks.last); ++n_block) {
     const int st = (n_block - int(blocks.first)) % Cfg::kStages;
-    // The other stage was last read in the previous iteration, which ended with a barrier.
-    if (n_block + 1 < int(blocks.last)) load_kv_tile(n_block + 1, (st + 1) % Cfg::kStages);
-    cp_async_commit();  // possibly empty: keeps "all but the newest group" = this tile
-    cp_async_wait<1>();
+    // One barrier both publishes this tile's copies and ends the previous iteration for every warp, so
+    // the other stage (read there) is free: the next tile's loads go out after it (as in dkdv_kernel).
+    cp_async_wait<0>();
     __syncthreads();
+    if (n_block + 1 < int(blocks.last)) {
+      load_kv_tile(n_block + 1, (st + 1) % Cfg::kStages);
+      cp_async_commit();
+    }
 
     const int n0 = n_block * kN;
     const T* sK = reinterpret_cast<const T*>(smem + Cfg::kOffK + st * Cfg::kKvTileBytes);
@@ -151,7 +154,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
         mma_16816<T>(dq[2 * np + 1], ads[kk], bk[1]);
       }
     }
-    __syncthreads();  // every warp is done with this K/V stage before it is refilled
   }
 
   // dq = scale * dS K in the input dtype; rows past the end belong to the next sequence: not written.
