@@ -73,9 +73,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
     return t;
   };
   const int q_off = a.q_offset(b);  // first row of this sequence in q / dout
-  const T* const q_bh = static_cast<const T*>(a.q.ptr) + b * a.q.batch_stride + int64_t(q_off) * a.q.row_stride;
-  const T* const do_bh =
-      static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride + int64_t(q_off) * a.dout.row_stride;
+  const T* const q_bh = row_ptr<const T>(a.q, b, q_off, 0);
+  const T* const do_bh = row_ptr<const T>(a.dout, b, q_off, 0);
   const fa2::TileLoader<kM, kD, Cfg::kStrideD, Cfg::kThreads> q_loader(tid);
 
   // Issues the cp.async loads of query tile t into stage `st`.
@@ -97,14 +96,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
   if (num_tiles > 0) {
     const int64_t krow0 = int64_t(a.k_offset(b)) + n0;
     const fa2::TileLoader<kN, kD, Cfg::kStrideD, Cfg::kThreads> kv_loader(tid);
-    kv_loader.load(sK,
-                   static_cast<const T*>(a.k.ptr) + b * a.k.batch_stride + krow0 * a.k.row_stride +
-                       kv_head * a.k.head_stride,
-                   int(a.k.row_stride), keys_valid, kD);
-    kv_loader.load(sV,
-                   static_cast<const T*>(a.v.ptr) + b * a.v.batch_stride + krow0 * a.v.row_stride +
-                       kv_head * a.v.head_stride,
-                   int(a.v.row_stride), keys_valid, kD);
+    kv_loader.load(sK, row_ptr<const T>(a.k, b, krow0, kv_head), int(a.k.row_stride), keys_valid, kD);
+    kv_loader.load(sV, row_ptr<const T>(a.v, b, krow0, kv_head), int(a.v.row_stride), keys_valid, kD);
     load_query_tile(cur, 0);
     cp_async_commit();
   }
@@ -275,8 +268,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
 
   // ---- Epilogue: dK * scale and dV in the input dtype (keys past the end are not written) ----
   const int64_t krow0 = int64_t(a.k_offset(b)) + n0;
-  T* dk_out = static_cast<T*>(a.dk.ptr) + b * a.dk.batch_stride + krow0 * a.dk.row_stride + kv_head * a.dk.head_stride;
-  T* dv_out = static_cast<T*>(a.dv.ptr) + b * a.dv.batch_stride + krow0 * a.dv.row_stride + kv_head * a.dv.head_stride;
+  T* dk_out = row_ptr<T>(a.dk, b, krow0, kv_head);
+  T* dv_out = row_ptr<T>(a.dv, b, krow0, kv_head);
 #pragma unroll
   for (int mt = 0; mt < Cfg::kKvRowTiles; ++mt)
 #pragma unroll

@@ -52,10 +52,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
   // Per-tile addressing is a base pointer plus per-thread 32-bit offsets (fa2::TileLoader): the loop top
   // recomputes it for every KV tile.
   const int k_off = a.k_offset(b);
-  const T* const k_bh = static_cast<const T*>(a.k.ptr) + b * a.k.batch_stride + int64_t(k_off) * a.k.row_stride +
-                        kv_head * a.k.head_stride;
-  const T* const v_bh = static_cast<const T*>(a.v.ptr) + b * a.v.batch_stride + int64_t(k_off) * a.v.row_stride +
-                        kv_head * a.v.head_stride;
+  const T* const k_bh = row_ptr<const T>(a.k, b, k_off, kv_head);
+  const T* const v_bh = row_ptr<const T>(a.v, b, k_off, kv_head);
   const fa2::TileLoader<kN, kD, Cfg::kStrideD, Cfg::kThreads> kv_loader(tid);
   auto load_kv_tile = [&](int n_block, int st) {
     const int n0 = n_block * kN;
@@ -68,14 +66,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
   if (!blocks.empty()) {
     const int64_t qrow0 = int64_t(a.q_offset(b)) + m0;
     const fa2::TileLoader<kM, kD, Cfg::kStrideD, Cfg::kThreads> q_loader(tid);
-    q_loader.load(sQ,
-                  static_cast<const T*>(a.q.ptr) + b * a.q.batch_stride + qrow0 * a.q.row_stride +
-                      h * a.q.head_stride,
-                  int(a.q.row_stride), rows_valid, kD);
-    q_loader.load(sDo,
-                  static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride + qrow0 * a.dout.row_stride +
-                      h * a.dout.head_stride,
-                  int(a.dout.row_stride), rows_valid, kD);
+    q_loader.load(sQ, row_ptr<const T>(a.q, b, qrow0, h), int(a.q.row_stride), rows_valid, kD);
+    q_loader.load(sDo, row_ptr<const T>(a.dout, b, qrow0, h), int(a.dout.row_stride), rows_valid, kD);
     load_kv_tile(int(blocks.first), 0);
     cp_async_commit();
   }
@@ -157,8 +149,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
   }
 
   // dq = scale * dS K in the input dtype; rows past the end belong to the next sequence: not written.
-  T* dq_out = static_cast<T*>(a.dq.ptr) + b * a.dq.batch_stride + (int64_t(a.q_offset(b)) + m0) * a.dq.row_stride +
-              h * a.dq.head_stride;
+  T* dq_out = row_ptr<T>(a.dq, b, int64_t(a.q_offset(b)) + m0, h);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = w_row + g + 8 * half;

@@ -56,10 +56,8 @@ __global__ void __launch_bounds__(kPrepassThreads) prepass_kernel(const AttnPara
       const int64_t prow = int64_t(a.q_offset(b)) + row;
       float acc = 0.0f;
       if (lane < kChunks) {
-        const T* o = static_cast<const T*>(a.out.ptr) + b * a.out.batch_stride + prow * a.out.row_stride +
-                     h * a.out.head_stride + lane * kChunkElems;
-        const T* d = static_cast<const T*>(a.dout.ptr) + b * a.dout.batch_stride + prow * a.dout.row_stride +
-                     h * a.dout.head_stride + lane * kChunkElems;
+        const T* o = row_ptr<const T>(a.out, b, prow, h) + lane * kChunkElems;
+        const T* d = row_ptr<const T>(a.dout, b, prow, h) + lane * kChunkElems;
         acc = dot8<T>(*reinterpret_cast<const uint4*>(o), *reinterpret_cast<const uint4*>(d));
       }
 #pragma unroll

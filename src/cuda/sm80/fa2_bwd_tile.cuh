@@ -16,6 +16,15 @@
 
 namespace flashattn::cuda::fa2_bwd {
 
+// ---- Global addressing --------------------------------------------------------------------------------
+
+// Element (batch b, row, head, column 0) of a tensor with the strides of `t`. `row` counts from the start
+// of the tensor's rows: a varlen caller adds the sequence's cu_seqlens offset.
+template <typename T>
+__device__ __forceinline__ T* row_ptr(const TensorParams& t, int b, int64_t row, int head) {
+  return static_cast<T*>(t.ptr) + b * t.batch_stride + row * t.row_stride + head * t.head_stride;
+}
+
 // ---- Global -> shared ----------------------------------------------------------------------------------
 
 // kRows fp32 values (contiguous, 16-byte aligned, always in bounds) into shared memory: the threads with
