@@ -5,9 +5,12 @@
 Prints the stall samples by reason and by opcode, the executed instructions by opcode (the instruction mix:
 compare two kernels that run the same mma count), then the instructions with the most samples (index in
 the listing, share of all samples, executions, SASS, the top three reasons). With --range A B it prints
-the listing of instructions A..B instead, with each one's share.
+the listing of instructions A..B instead, with each one's share. With --phases it prints the listing cut
+into the stretches between barriers, cp.async commits and branches (a kernel's phases: a tile's products,
+its element math, its stores), each with its share of the samples, its executed instructions and the
+opcodes that hold its samples.
 
-Usage: scripts/ncu_stalls.py FILE.csv.gz [--top N] [--range A B]
+Usage: scripts/ncu_stalls.py FILE.csv.gz [--top N] [--range A B | --phases]
 """
 
 import argparse
@@ -28,11 +31,38 @@ def load(path):
     return {h: i for i, h in enumerate(header)}, header, data
 
 
+def opcode_of(source):
+    words = [w for w in source.split() if not w.startswith("@")]
+    return words[0].split(".")[0] if words else "?"
+
+
+# Instructions that end a phase: barriers, cp.async commits and branches.
+PHASE_ENDS = ("BAR", "LDGDEPBAR", "BRA")
+
+
+def phases(data, ix, samples, total):
+    """(first, last, share of samples, executed, Counter of samples by opcode) per stretch with samples."""
+    out = []
+    first, acc, executed, ops = 0, 0, 0, collections.Counter()
+    for i, r in enumerate(data):
+        op = opcode_of(r[ix["Source"]])
+        acc += samples(r)
+        executed += int(r[ix["Instructions Executed"]] or 0)
+        ops[op] += samples(r)
+        if op in PHASE_ENDS or i == len(data) - 1:
+            if acc:
+                out.append((first, i, acc / total, executed, ops))
+            first, acc, executed, ops = i + 1, 0, 0, collections.Counter()
+    return out
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("csv")
     p.add_argument("--top", type=int, default=30)
-    p.add_argument("--range", type=int, nargs=2, metavar=("A", "B"))
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--range", type=int, nargs=2, metavar=("A", "B"))
+    group.add_argument("--phases", action="store_true")
     args = p.parse_args(argv)
     ix, header, data = load(args.csv)
     samples = lambda r: int(r[ix[SAMPLES]] or 0)
@@ -42,6 +72,12 @@ def main(argv):
             r = data[i]
             print(f"{i:6d} {100 * samples(r) / total:5.2f}% {r[ix['Instructions Executed']]:>9} {r[ix['Source']].strip()}")
         return 0
+    if args.phases:
+        for first, last, share, executed, ops in phases(data, ix, samples, total):
+            top = ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in ops.most_common(4) if v)
+            print(f"{first:6d}-{last:<6d} {100 * share:5.1f}% {executed / 1e6:9.1f} M executed  "
+                  f"{data[last][ix['Source']].strip()[:32]:32s} {top}")
+        return 0
     reasons = [h for h in header if h.startswith("stall_") and "(Not Issued)" not in h]
     by_reason = collections.Counter()
     by_opcode = collections.Counter()
@@ -49,8 +85,7 @@ def main(argv):
     for r in data:
         for s in reasons:
             by_reason[s[6:]] += int(r[ix[s]] or 0)
-        words = [w for w in r[ix["Source"]].split() if not w.startswith("@")]
-        opcode = words[0].split(".")[0] if words else "?"
+        opcode = opcode_of(r[ix["Source"]])
         by_opcode[opcode] += samples(r)
         executed[opcode] += int(r[ix["Instructions Executed"]] or 0)
     n_exec = sum(executed.values()) or 1

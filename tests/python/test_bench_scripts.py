@@ -1,6 +1,9 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
-the median of the timed calls), the commit the merged results record, and the merged decode table."""
+the median of the timed calls), the commit the merged results record, and the merged decode table; and the
+profile reader scripts/ncu_stalls.py on a small made-up listing."""
 
+import csv
+import gzip
 import os
 import sys
 import time
@@ -8,9 +11,12 @@ import time
 import pytest
 
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts")
 sys.path.insert(0, BENCH)
+sys.path.insert(0, SCRIPTS)
 
 import compare  # noqa: E402
+import ncu_stalls  # noqa: E402
 import peers_sdpa  # noqa: E402
 
 
@@ -96,3 +102,53 @@ def test_decode_table_keeps_every_rate_of_ours_and_divides_by_the_peers(capsys):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def write_listing(path, rows):
+    """A listing in the layout of `ncu --page source --print-source sass --csv`: a kernel-name row, a header,
+    then (source, samples, executions, long-scoreboard samples) per instruction."""
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed",
+              "stall_long_sb", "stall_long_sb (Not Issued)"]
+    with gzip.open(path, "wt", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["Kernel Name", "k"])
+        w.writerow(header)
+        for i, (src, samples, executed, long_sb) in enumerate(rows):
+            w.writerow([hex(i * 16), src, samples, executed, long_sb, 0])
+
+
+def test_ncu_stalls_phases_split_at_barriers_commits_and_branches(tmp_path, capsys):
+    path = str(tmp_path / "k_sass.csv.gz")
+    write_listing(path, [
+        ("LDGSTS.E.BYPASS.128 [R1], desc[UR8][R2.64]", 10, 1_000_000, 0),
+        ("LDGDEPBAR", 0, 1_000_000, 0),
+        ("HMMA.16816.F32.BF16 R4, R8, R12, R4", 50, 4_000_000, 0),
+        ("HMMA.16816.F32.BF16 R4, R8, R12, R4", 20, 4_000_000, 0),
+        ("BAR.SYNC.DEFER_BLOCKING 0x0", 0, 1_000_000, 0),
+        ("REDG.E.ADD.F32x2.FTZ.RN.STRONG.GPU desc[UR8][R2.64], R4", 5, 1_000_000, 5),
+        ("@P0 BRA 0x10", 15, 1_000_000, 0),
+        ("EXIT", 0, 1, 0),
+    ])
+    assert ncu_stalls.main([path, "--phases"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # Three stretches with samples: the loads (to the commit), the products (to the barrier), the
+    # reductions (to the branch); the EXIT alone has none and is not listed.
+    assert [line.split()[0] for line in lines] == ["0-1", "2-4", "5-6"]
+    shares = [float(line.split()[1].rstrip("%")) for line in lines]
+    assert shares == [10.0, 70.0, 20.0]
+    assert "HMMA 70.0%" in lines[1] and "9.0 M executed" in lines[1]
+    assert "BRA 15.0%" in lines[2] and "REDG 5.0%" in lines[2]
+
+
+def test_ncu_stalls_summary_counts_reasons_and_the_executed_mix(tmp_path, capsys):
+    path = str(tmp_path / "k_sass.csv.gz")
+    write_listing(path, [
+        ("@!P1 IMAD R1, R2, R3, RZ", 30, 300, 30),
+        ("HMMA.16816.F32.BF16 R4, R8, R12, R4", 70, 100, 0),
+    ])
+    assert ncu_stalls.main([path, "--top", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "2 instructions, 100 samples, 400 warp instructions executed" in out
+    assert "by reason: long_sb 30.0%" in out
+    # The predicate is not the opcode; the mix counts executions, not samples.
+    assert "executed:  IMAD 75.0%, HMMA 25.0%" in out
