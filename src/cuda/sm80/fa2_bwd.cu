@@ -4,12 +4,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <string>
 
 #include "cuda/common/problem_params.cuh"
 #include "cuda/launch.h"
 #include "cuda/sm80/fa2_bwd_config.cuh"
+#include "cuda/sm80/fa2_common.cuh"  // fa2::kMaxTileRowStride
 
 namespace flashattn::cuda {
 namespace fa2_bwd {
@@ -26,9 +26,6 @@ using detail::Strided;
 constexpr int kMinCcMajor = 8;      // cp.async, ldmatrix and bf16 mma.sync arrived with sm80
 constexpr int kCopyAlignBytes = 16;  // every cp.async / vector access moves 16 bytes
 constexpr int64_t kMaxGridYz = 65535;
-// Tile loads (fa2::TileLoader) use 32-bit element offsets inside one tile of at most kMaxTileRows rows.
-constexpr int64_t kMaxTileRows = 128;
-constexpr int64_t kMaxRowStride = int64_t(INT_MAX) / kMaxTileRows;
 
 template <typename T, int D>
 struct Tag {
@@ -78,10 +75,10 @@ Status check_copy_alignment(const char* name, const Strided& t, int64_t batch, i
     return Status::NotSupported(std::string("algorithm fa2: backward needs ") + name +
                                 " 16-byte aligned with strides that are multiples of " + std::to_string(stride_unit) +
                                 " elements (cp.async copies 16 bytes)");
-  if (rows > 1 && t.row_stride > kMaxRowStride)
+  if (rows > 1 && t.row_stride > fa2::kMaxTileRowStride)
     return Status::NotSupported(std::string("algorithm fa2: backward: ") + name + " row stride " +
-                                std::to_string(t.row_stride) + " elements exceeds " + std::to_string(kMaxRowStride) +
-                                " (tiles are addressed with 32-bit offsets)");
+                                std::to_string(t.row_stride) + " elements exceeds " +
+                                std::to_string(fa2::kMaxTileRowStride) + " (tiles are addressed with 32-bit offsets)");
   return Status::Ok();
 }
 
@@ -109,9 +106,6 @@ Status check(const Problem& p, const Context& ctx, std::string* kernel) {
   std::string name;
   fa2_bwd::with_dkdv_config<T, D>(ctx.smem_optin, [&](auto cfg) {
     using KCfg = decltype(cfg);
-    static_assert(KCfg::kBlockM <= kMaxTileRows && KCfg::kBlockN <= kMaxTileRows &&
-                      QCfg::kBlockM <= kMaxTileRows && QCfg::kBlockN <= kMaxTileRows,
-                  "the row-stride limit assumes tiles of at most kMaxTileRows rows");
     smem = std::max<size_t>(KCfg::kSmemBytes, p.deterministic ? QCfg::kSmemBytes : 0);
     name = kernel_name<KCfg>(p.deterministic);
   });

@@ -10,8 +10,6 @@
 // Q, dO and the per-row LSE and D of the next tile load with cp.async while the current one computes.
 #pragma once
 
-#include <type_traits>
-
 #include "cuda/sm80/fa2_bwd_tile.cuh"
 
 namespace flashattn::cuda::fa2_bwd {
@@ -136,10 +134,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
       const core::MaskSpec mask = core::MaskSpec::make(len_q, len_k, a.causal, a.window_left, a.window_right);
       const ScoreMath<kSoftcap> math = ScoreMath<kSoftcap>::make(a);
       // P of the whole warp tile; kMasked: per-element visibility tests (tiles on the mask boundary or
-      // past the last key). Two code paths, so that the common interior tile issues no mask arithmetic at
-      // all: with one path and a run-time `boundary` flag, the tests were predicated off but still issued,
-      // and the row key ranges (64-bit mask arithmetic) computed on every tile.
-      auto p_tile = [&](auto masked) {
+      // past the last key), which also spares interior tiles the rows' key ranges (64-bit mask arithmetic).
+      with_checks(!mask.tile_fully_visible(m0, min(m0 + kM, len_q), n0, n0 + kN), [&](auto masked) {
         constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
         for (int mt = 0; mt < Cfg::kSRowTiles; ++mt) {
@@ -164,11 +160,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
             *reinterpret_cast<uint32_t*>(sP + r_hi * Cfg::kStrideN + col) = pack2<T>(p[2], p[3]);
           }
         }
-      };
-      if (mask.tile_fully_visible(m0, min(m0 + kM, len_q), n0, n0 + kN))
-        p_tile(std::false_type{});
-      else
-        p_tile(std::true_type{});
+      });
 
 #pragma unroll
       for (int pass = 0; pass < Cfg::kDpPasses; ++pass) {
@@ -242,8 +234,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         const int row_floats = a.heads_q * kD;
         float* const acc_tile = ws.dq_accum + ((q_packed0 + m0) * a.heads_q + h) * kD;
         // Padding rows carry dS = 0 but belong to the next sequence (varlen) or to nothing: never add them.
-        // Tiles inside the sequence skip the row tests (a separate code path, as for P).
-        auto add_rows = [&](auto checked) {
+        // Tiles inside the sequence skip the row tests.
+        with_checks(m0 + kM > len_q, [&](auto checked) {
 #pragma unroll
           for (int mt = 0; mt < Cfg::kQRowTiles; ++mt) {
             const int r_lo = q_row + mt * kMmaM + g;  // tile row
@@ -257,11 +249,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
               if (hi_ok) atomic_add2(acc_hi + nt * kMmaN, dq[mt][nt][2], dq[mt][nt][3]);
             }
           }
-        };
-        if (m0 + kM <= len_q)
-          add_rows(std::false_type{});
-        else
-          add_rows(std::true_type{});
+        });
       }
     }
   }

@@ -9,8 +9,6 @@
 // same size, about 1.4x the FLOPs of the default mode, and no dQ accumulator traffic.
 #pragma once
 
-#include <type_traits>
-
 #include "cuda/sm80/fa2_bwd_tile.cuh"
 
 namespace flashattn::cuda::fa2_bwd {
@@ -112,10 +110,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
 
     // dS as A fragments of dQ = dS K: the accumulator layout of column tiles 2k and 2k+1 is exactly the
     // A layout of k-step k (a0/a1 from tile 2k rows g/g+8, a2/a3 from tile 2k+1), so no shuffle is needed.
-    // kMasked: per-element visibility tests; a separate code path, so that interior tiles issue none
-    // (as in dkdv_kernel).
+    // kMasked: per-element visibility tests (with_checks: interior tiles issue none).
     uint32_t ads[Cfg::kSTiles / 2][4];
-    auto ds_tile = [&](auto masked) {
+    with_checks(!mask.tile_fully_visible(m0, m0 + rows_valid, n0, n0 + kN), [&](auto masked) {
       constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
       for (int i = 0; i < Cfg::kSTiles; ++i) {
@@ -130,11 +127,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dq_kernel(const AttnParams a
         ads[i / 2][(i % 2) * 2] = pack2<T>(ds[0], ds[1]);
         ads[i / 2][(i % 2) * 2 + 1] = pack2<T>(ds[2], ds[3]);
       }
-    };
-    if (mask.tile_fully_visible(m0, m0 + rows_valid, n0, n0 + kN))
-      ds_tile(std::false_type{});
-    else
-      ds_tile(std::true_type{});
+    });
 
 #pragma unroll
     for (int kk = 0; kk < kN / kMmaK; ++kk) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/mask.h"
 #include "core/numeric.h"
@@ -145,6 +146,17 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA&& load_a
       }
     }
   }
+}
+
+// Calls f(std::true_type{}) where `checked`, else f(std::false_type{}): two instantiations of a tile's
+// element code, so that the common tile (inside the mask, inside the sequence) issues none of the
+// per-element tests. With one path and a run-time flag the tests were predicated off but still issued.
+template <class F>
+__device__ __forceinline__ void with_checks(bool checked, F&& f) {
+  if (!checked)  // the common case first: it is the fall-through path
+    f(std::false_type{});
+  else
+    f(std::true_type{});
 }
 
 // ---- Element math --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "cuda/common/ptx_sm80.cuh"
@@ -66,6 +67,11 @@ constexpr int pow2_divisor(int n, int cap = kWarpSize) {
   return (n % 2 != 0 || cap == 1) ? 1 : 2 * pow2_divisor(n / 2, cap / 2);
 }
 
+// TileLoader's offsets inside one tile are 32-bit: tiles have at most kMaxTileRows rows, and the hosts
+// refuse row strides above kMaxTileRowStride elements (kMaxTileRows * row_stride < 2^31).
+constexpr int kMaxTileRows = 128;
+constexpr int64_t kMaxTileRowStride = int64_t(INT_MAX) / kMaxTileRows;
+
 // Copies a [kRows x kCols] tile of 16-bit elements from global to shared memory with 16-byte cp.async.
 // Rows >= valid_rows and columns >= head_dim (a head dim padded up to the kernel's) are zero-filled
 // without reading global memory: stale shared data could hold NaN, and 0 * NaN is NaN.
@@ -75,6 +81,7 @@ constexpr int pow2_divisor(int n, int cap = kWarpSize) {
 // is a few registers instead of one address per chunk.
 template <int kRows, int kCols, int kSmemStride, int kThreads>
 struct TileLoader {
+  static_assert(kRows <= kMaxTileRows, "the hosts' row-stride limit assumes tiles of at most kMaxTileRows rows");
   static constexpr int kChunksPerRow = kCols / kChunkElems;
   static constexpr int kThreadsPerRow = pow2_divisor(kChunksPerRow);
   static constexpr int kColIters = kChunksPerRow / kThreadsPerRow;
@@ -89,8 +96,8 @@ struct TileLoader {
   __device__ __forceinline__ explicit TileLoader(int tid)
       : row0(tid / kThreadsPerRow), col0((tid % kThreadsPerRow) * kChunkElems) {}
 
-  // row_stride must satisfy kRows * row_stride < 2^31 (checked on the host): offsets inside one tile
-  // are 32-bit, which keeps the addressing state small.
+  // row_stride <= kMaxTileRowStride (checked on the host): offsets inside one tile are 32-bit, which keeps
+  // the addressing state small.
   template <typename T>
   __device__ __forceinline__ void load(T* smem, const T* gmem, int row_stride, int valid_rows,
                                        int head_dim) const {

@@ -32,9 +32,6 @@ constexpr int kMinComputeCapability = 8;
 constexpr int kGridYZLimit = 65535;  // gridDim.y (heads) and gridDim.z (batch)
 constexpr int kDefaultSmemBytes = 48 * 1024;  // above this a kernel must opt in
 constexpr int64_t kCpAsyncAlign = 16;
-// Tile loads use 32-bit element offsets inside one tile of at most kMaxTileRows rows.
-constexpr int64_t kMaxTileRows = 128;
-constexpr int64_t kMaxRowStride = int64_t(INT_MAX) / kMaxTileRows;
 
 struct KernelShape {
   int head_dim = 0, block_m = 0, block_n = 0, warps = 0, smem_bytes = 0;
@@ -71,9 +68,10 @@ Status check_alignment(const char* name, const detail::Strided& s, int64_t rows,
     return Status::NotSupported(std::string("algorithm fa2: ") + name +
                                 " data pointer is not 16-byte aligned (cp.async needs 16-byte aligned rows)");
   if (rows > 1 && (s.row_stride * elem) % kCpAsyncAlign != 0) return bad("row", s.row_stride);
-  if (s.row_stride > kMaxRowStride)
+  if (s.row_stride > fa2::kMaxTileRowStride)
     return Status::NotSupported(std::string("algorithm fa2: ") + name + " row stride " +
-                                std::to_string(s.row_stride) + " elements exceeds " + std::to_string(kMaxRowStride) +
+                                std::to_string(s.row_stride) + " elements exceeds " +
+                                std::to_string(fa2::kMaxTileRowStride) +
                                 " (tiles are addressed with 32-bit offsets)");
   if (heads > 1 && (s.head_stride * elem) % kCpAsyncAlign != 0) return bad("head", s.head_stride);
   if (!varlen && batch > 1 && (s.batch_stride * elem) % kCpAsyncAlign != 0) return bad("batch", s.batch_stride);
@@ -82,8 +80,6 @@ Status check_alignment(const char* name, const detail::Strided& s, int64_t rows,
 
 template <typename Cfg, typename T>
 Status launch(const detail::Problem& prob, const Context& ctx) {
-  static_assert(Cfg::kBlockM <= kMaxTileRows && Cfg::kBlockN <= kMaxTileRows,
-                "the row-stride limit checked in fa2_supports assumes tiles of at most kMaxTileRows rows");
   const AttnParams params = make_params(prob);
   auto* kernel = fa2::fa2_fwd_kernel<Cfg, T>;
   if (Cfg::kSmemBytes > kDefaultSmemBytes)
