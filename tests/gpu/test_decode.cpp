@@ -14,6 +14,7 @@
 #include "api/kvcache_problem.h"
 #include "common/kvcache_case.h"
 #include "cuda/decode/decode_heuristic.h"
+#include "cuda/decode/decode_kernels.h"
 #include "device_case.h"
 #include "device_tensor.h"
 #include "flashattn/kvcache.h"
@@ -86,7 +87,8 @@ struct DeviceKVCase {
 };
 
 // Runs `c` on the GPU (on `stream`), downloads the results into `c`. Call under ASSERT_NO_FATAL_FAILURE.
-void run_on_gpu(HostKVCase* c, cudaStream_t stream = nullptr, bool check_indices = true) {
+void run_on_gpu(HostKVCase* c, cudaStream_t stream = nullptr, bool check_indices = true,
+                std::string* kernel = nullptr) {
   DeviceKVCase d(*c);
   fa::KVCacheArgs a = d.args();
   a.stream = stream;
@@ -97,6 +99,7 @@ void run_on_gpu(HostKVCase* c, cudaStream_t stream = nullptr, bool check_indices
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_EQ(info.backend, fa::Backend::kCUDA);
   EXPECT_EQ(info.kernel.rfind(kKernelPrefix, 0), 0u) << info.kernel;
+  if (kernel != nullptr) *kernel = info.kernel;
   d.download(c);
 }
 
@@ -179,6 +182,40 @@ TEST(DecodeGpuSplits, BackToBackCallsOnOneStreamReuseTheTickets) {
     SCOPED_TRACE("call " + std::to_string(i));
     fa::testing::expect_matches_reference("out", results[size_t(i)].out, e.exact.out, e.naive.out, s.dtype);
     fa::testing::expect_matches_reference("lse", results[size_t(i)].lse, e.lse_exact, e.lse_naive, s.dtype);
+  }
+}
+
+// Head dim 128 has two kernels: the wide one (8 warps, one CTA per SM) while the tiles fit one wave of it,
+// the 4-warp one beyond. Both against the reference, on either side of the switch, splitting or not.
+TEST(DecodeGpuKernels, WideAndFourWarpHd128KernelsMatchTheReference) {
+  FA_SKIP_WITHOUT_GPU();
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  int smem_optin = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+  const bool has_wide = smem_optin >= flashattn::cuda::decode::decode_kernel_hd128_wide().smem_bytes;
+  const uint64_t seed = announce_seed("hd128 kernels");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // heads_kv 2, one row tile per KV head: batch 3 is 6 tiles; batch sms / 2 + 4 is sms + 8 tiles.
+  for (const int64_t batch : {int64_t(3), int64_t(sms / 2 + 4)}) {
+    for (const int splits : {0, 5}) {
+      KVCaseSpec s = decode_spec();
+      s.heads_q = 8;
+      s.heads_kv = 2;
+      s.num_splits = splits;
+      const int64_t lens[] = {0, 1, 300, 777, 2049};
+      s.cache_lens.clear();
+      for (int64_t b = 0; b < batch; ++b) s.cache_lens.push_back(lens[b % 5]);
+      SCOPED_TRACE(s.name());
+      HostKVCase c(s, rng);
+      const KVExpected e = expected_for(c);
+      std::string kernel;
+      ASSERT_NO_FATAL_FAILURE(run_on_gpu(&c, nullptr, true, &kernel));
+      const bool wide = kernel.size() > 3 && kernel.compare(kernel.size() - 3, 3, "_w8") == 0;
+      EXPECT_EQ(wide, has_wide && batch * s.heads_kv <= sms) << kernel;
+      expect_result(c, e);
+    }
   }
 }
 
@@ -374,6 +411,19 @@ TEST(DecodeHeuristic, FillsOneWaveWithoutShortChunks) {
   EXPECT_EQ(heuristic_splits(1, int64_t(1) << 20, kSms, kCtasPerSm), 128) << "at most kMaxKVSplits";
   EXPECT_EQ(heuristic_splits(0, 4096, kSms, kCtasPerSm), 1);
   EXPECT_EQ(heuristic_splits(4, 1 << 20, 0, 0), 1) << "a device that reports nothing gets one slot";
+}
+
+// The wide kernel (one CTA per SM) takes a call while its tiles fit one wave: at most one tile per SM.
+TEST(DecodeHeuristic, WideKernelWhileTheTilesFitOneWaveOfIt) {
+  using flashattn::cuda::decode::use_wide_kernel;
+  EXPECT_TRUE(use_wide_kernel(8, 132, 1)) << "batch 1 x 8 KV heads";
+  EXPECT_TRUE(use_wide_kernel(128, 132, 1)) << "batch 16 x 8 KV heads: one wave, no split";
+  EXPECT_TRUE(use_wide_kernel(132, 132, 1));
+  EXPECT_FALSE(use_wide_kernel(133, 132, 1));
+  EXPECT_FALSE(use_wide_kernel(512, 132, 1)) << "batch 64 x 8 KV heads: the 4-warp kernel's two CTAs per SM";
+  EXPECT_FALSE(use_wide_kernel(0, 132, 1));
+  EXPECT_FALSE(use_wide_kernel(8, 132, 0)) << "a wide kernel that fits no SM";
+  EXPECT_TRUE(use_wide_kernel(1, 0, 1)) << "a device that reports no SMs counts as one";
 }
 
 // With check_indices off the host never sees the lengths: the heuristic is fed the capacity instead.

@@ -2,7 +2,8 @@
 // the workspace, and the launches (append, then attention with the in-kernel merge), all on the caller's
 // stream.
 //
-// Kernel set: fp16 and bf16 x head dims {64, 128, 256}. A head dim that is a multiple of 8 below 256 runs on
+// Kernel set: fp16 and bf16 x head dims {64, 128, 256}, and at head dim 128 a wide kernel (8 warps, one CTA
+// per SM) for calls with few tiles (decode::use_wide_kernel). A head dim that is a multiple of 8 below 256 runs on
 // the next larger kernel: its loads zero-fill the extra columns (dot products and P V are unchanged by
 // zeros) and its stores skip them. Other head dims and fp32 are refused.
 #include <cuda_runtime.h>
@@ -36,18 +37,27 @@ constexpr int64_t kCpAsyncAlignBytes = 16;
 constexpr int kAppendThreads = 256;
 constexpr int64_t kAppendMaxBlocks = 4096;    // grid-stride beyond this
 
-DecodeKernel kernel_for(int64_t head_dim) {
-  if (head_dim <= 64) return decode::decode_kernel_hd64();
-  if (head_dim <= 128) return decode::decode_kernel_hd128();
-  if (head_dim <= 256) return decode::decode_kernel_hd256();
+int64_t row_tiles(const detail::KVCacheProblem& p) {
+  return (p.group() * p.seqlen_q + decode::kRowsPerTile - 1) / decode::kRowsPerTile;
+}
+
+// The kernel for the call's head dim; at head dim 128 the wide one while the call's tiles fit one wave of it
+// and the device has its shared memory (209 KB: not on sm80/sm86/sm89, which take the 4-warp kernel).
+DecodeKernel kernel_for(const detail::KVCacheProblem& p, const Context& ctx) {
+  if (p.head_dim <= 64) return decode::decode_kernel_hd64();
+  if (p.head_dim <= 128) {
+    const DecodeKernel wide = decode::decode_kernel_hd128_wide();
+    const int64_t tiles = p.batch * p.heads_kv * row_tiles(p);
+    const bool fits = size_t(wide.smem_bytes) <= ctx.smem_optin;
+    return fits && decode::use_wide_kernel(tiles, ctx.sm_count, wide.planned_ctas_per_sm)
+               ? wide
+               : decode::decode_kernel_hd128();
+  }
+  if (p.head_dim <= 256) return decode::decode_kernel_hd256();
   return DecodeKernel{};
 }
 
 const char* dtype_tag(DType dtype) { return dtype == DType::kFloat16 ? "fp16" : "bf16"; }
-
-int64_t row_tiles(const detail::KVCacheProblem& p) {
-  return (p.group() * p.seqlen_q + decode::kRowsPerTile - 1) / decode::kRowsPerTile;
-}
 
 // The caches are read with 16-byte cp.async: the base and every stride that moves between rows that are
 // read must keep 16-byte alignment (a stride of an extent-1 dimension is never applied).
@@ -139,7 +149,7 @@ Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std:
     return Status::NotSupported(std::string("dtype ") + to_string(p.dtype) +
                                 " is not supported by the CUDA KV-cache (decode) kernels (fp16, bf16); use backend "
                                 "cpu for " + to_string(p.dtype));
-  const DecodeKernel k = kernel_for(p.head_dim);
+  const DecodeKernel k = kernel_for(p, ctx);
   if (k.head_dim == 0 || p.head_dim % decode::kChunkElems != 0)
     return Status::NotSupported("backend cuda: head_dim " + std::to_string(p.head_dim) +
                                 " is not supported by the decode kernels (64, 128, 256; other multiples of 8 up to "
@@ -160,14 +170,15 @@ Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std:
                                 " needs " + std::to_string(k.smem_bytes) + " bytes of shared memory per block, the "
                                 "device allows " + std::to_string(ctx.smem_optin));
   if (kernel != nullptr)
-    *kernel = std::string("fa2_decode_splitkv_sm80_") + dtype_tag(p.dtype) + "_hd" + std::to_string(k.head_dim);
+    *kernel = std::string("fa2_decode_splitkv_sm80_") + dtype_tag(p.dtype) + "_hd" + std::to_string(k.head_dim) +
+              (k.warps == 4 ? "" : "_w" + std::to_string(k.warps));
   return Status::Ok();
 }
 
 Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
   Status s = decode_supports(p, ctx, nullptr);
   if (!s.ok() || p.batch == 0) return s;
-  const DecodeKernel k = kernel_for(p.head_dim);
+  const DecodeKernel k = kernel_for(p, ctx);
   int ctas_per_sm = 0;
   s = k.prepare(p.dtype, &ctas_per_sm);
   if (!s.ok()) return s;

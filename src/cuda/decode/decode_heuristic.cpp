@@ -22,4 +22,8 @@ int64_t heuristic_splits(int64_t tiles, int64_t max_len_k, int sm_count, int cta
   return std::max<int64_t>(1, std::min({by_slots, by_length, int64_t(kMaxSplits)}));
 }
 
+bool use_wide_kernel(int64_t tiles, int sm_count, int wide_ctas_per_sm) {
+  return wide_ctas_per_sm > 0 && tiles > 0 && tiles <= int64_t(std::max(1, sm_count)) * wide_ctas_per_sm;
+}
+
 }  // namespace flashattn::cuda::decode

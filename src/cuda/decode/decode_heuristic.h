@@ -14,4 +14,11 @@ constexpr int64_t kMinSplitKeysGpu = 256;
 // max_len_k keys, on sm_count SMs that each hold ctas_per_sm CTAs of the kernel. Always in [1, 128].
 int64_t heuristic_splits(int64_t tiles, int64_t max_len_k, int sm_count, int ctas_per_sm);
 
+// Whether a call with `tiles` tiles runs on the head dim's wide kernel (more warps per CTA, fewer CTAs per
+// SM: wide_ctas_per_sm) instead of the 4-warp one: when its tiles fit one wave of the wide kernel. Then
+// each split's CTA covers twice the keys with the same loads in flight per SM, so the call needs half
+// the splits (fewer partial rows, a shorter merge) or none where the 4-warp kernel would cut every
+// tile in two. More tiles than that fill the 4-warp kernel's slots better (half-size CTAs balance the SMs).
+bool use_wide_kernel(int64_t tiles, int sm_count, int wide_ctas_per_sm);
+
 }  // namespace flashattn::cuda::decode

@@ -27,7 +27,6 @@ constexpr unsigned kFullMask = 0xffffffffu;
 // Partial outputs of several splits the merge loads at once per thread: enough independent L2 loads in
 // flight that the merge's tail is a few L2 round trips, not one per split.
 constexpr int kMergeUnroll = 16;
-constexpr int kMergeLanes = 8;  // threads that fold one row's split LSEs
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
@@ -254,12 +253,17 @@ __device__ __forceinline__ void store_out(const DecodeParams& p, int batch, RowA
 
 // The last CTA of a tile: merges the splits' partial rows. Only L2 (ld.global.cg) is read: the partials were
 // written by other SMs, whose writes this SM's L1 does not see. The merge is the kernel's tail (every tile's
-// last CTA finishes at about the same time), so it keeps many independent loads in flight: kMergeLanes
-// threads fold the LSEs of one row, and each output chunk loads kMergeUnroll splits at once.
+// last CTA finishes at about the same time), so it keeps many independent loads in flight: the CTA's
+// threads fold the LSEs of its rows (kThreads / kRowsPerTile per row), and each output chunk loads
+// kMergeUnroll splits at once.
 template <typename Cfg, typename T>
 __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* smem, int tile, int splits, int batch,
                                              int kv_head, int row_first, int rows) {
-  static_assert(Cfg::kThreads == kRowsPerTile * kMergeLanes, "the LSE fold gives each row kMergeLanes threads");
+  // The LSE fold gives each row kMergeLanes threads: an aligned group of lanes of one warp.
+  constexpr int kMergeLanes = Cfg::kThreads / kRowsPerTile;
+  static_assert(Cfg::kThreads % kRowsPerTile == 0 && kMergeLanes <= kWarpSize &&
+                    (kMergeLanes & (kMergeLanes - 1)) == 0,
+                "the LSE fold needs a power-of-two group of lanes per row");
   constexpr int kCols4 = Cfg::kHeadDim / 4;
   float* s_weight = smem;  // [splits][kRowsPerTile]: lse_i first, then exp(lse_i - lse)
   float* s_lse = smem + kMaxSplits * kRowsPerTile;  // [kRowsPerTile] merged LSE

@@ -41,6 +41,8 @@ DecodeKernel make_kernel() {
   DecodeKernel k;
   k.head_dim = Cfg::kHeadDim;
   k.smem_bytes = Cfg::kSmemBytes;
+  k.warps = Cfg::kWarps;
+  k.planned_ctas_per_sm = Cfg::kMinBlocksPerSm;
   k.prepare = &prepare<Cfg>;
   k.launch = &launch<Cfg>;
   return k;
