@@ -42,7 +42,7 @@ int64_t row_tiles(const detail::KVCacheProblem& p) {
 }
 
 // The kernel for the call's head dim; at head dim 128 the wide one while the call's tiles fit one wave of it
-// and the device has its shared memory (196 KB: not on sm80/sm86/sm89, which take the 4-warp kernel).
+// and the device has its shared memory (209 KB: not on sm80/sm86/sm89, which take the 4-warp kernel).
 DecodeKernel kernel_for(const detail::KVCacheProblem& p, const Context& ctx) {
   if (p.head_dim <= 64) return decode::decode_kernel_hd64();
   if (p.head_dim <= 128) {

@@ -1,5 +1,5 @@
 // Decode kernels for head dims 72..128: 4 warps with 3-deep rings (2 blocks of 2 x 4 KB in flight per warp,
-// 64 KB per CTA), two CTAs per SM (2 x 100 KB of shared memory).
+// 64 KB per CTA), two CTAs per SM (2 x 106 KB of shared memory).
 #include "cuda/decode/decode_launch.cuh"
 
 namespace flashattn::cuda::decode {

@@ -1,5 +1,5 @@
 // The wide decode kernel for head dims 72..128: 8 warps with 3-deep rings (2 blocks of 2 x 4 KB in flight
-// per warp, 128 KB per CTA), one CTA per SM (196 KB of shared memory). decode_fwd.cu takes it when the
+// per warp, 128 KB per CTA), one CTA per SM (209 KB of shared memory). decode_fwd.cu takes it when the
 // call's tiles fit one wave of it: half the splits of the 4-warp kernel for the same loads in flight per SM,
 // so fewer partial rows and a shorter merge (docs/kvcache.md has the measurements).
 #include "cuda/decode/decode_launch.cuh"

@@ -62,16 +62,6 @@ __device__ __forceinline__ TilePlan plan_tile(const DecodeParams& p, const core:
   return t;
 }
 
-// Element offset of (row, col) in a shared K or V block. Rows are dense (kHeadDim elements, so that each
-// cp.async instruction of a warp fills whole rows: padded rows measured 5-6% less read bandwidth on an
-// H200, docs/kvcache.md), and the 16-byte chunk c of row r is stored at chunk c ^ (r % 8): the eight rows
-// an ldmatrix phase reads at one logical chunk then lie in eight different bank groups. col is a
-// multiple of 8 (a chunk start) wherever this is called.
-template <typename Cfg>
-__device__ __forceinline__ int kv_offset(int row, int col) {
-  return row * Cfg::kHeadDim + (((col / kChunkElems) ^ (row % kSwizzleRows)) * kChunkElems);
-}
-
 // One warp's loads of K/V blocks into its ring. Lane l copies the 16-byte chunks of columns
 // col0 + c * kLanesPerRow * 8 of rows row0 + i * kRowsPerPass. In a paged cache each lane looks up the page
 // and slot of key (block * kKeysPerBlock + l % kKeysPerBlock) one block ahead (so the block-table load's
@@ -125,8 +115,8 @@ struct WarpKVLoader {
         const int col = col0 + c * Cfg::kLanesPerRow * kChunkElems;
         const bool ok = row_ok && col < head_dim;
         // With ok false the copy reads nothing (src-size 0), so the address may lie outside the cache.
-        cp_async_16_prefetch_128(dst_k + kv_offset<Cfg>(r, col), k_base + k_off + col, ok);
-        cp_async_16_prefetch_128(dst_v + kv_offset<Cfg>(r, col), v_base + v_off + col, ok);
+        cp_async_16_prefetch_128(dst_k + r * Cfg::kSmemStride + col, k_base + k_off + col, ok);
+        cp_async_16_prefetch_128(dst_v + r * Cfg::kSmemStride + col, v_base + v_off + col, ok);
       }
     }
     prefetch(next_block);
@@ -148,7 +138,7 @@ struct WarpState {
 template <typename Cfg, typename T>
 __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const DecodeParams& p, const T* sQ, const T* sK,
                                              const T* sV, int lane, int key0) {
-  constexpr int kQStride = Cfg::kQStride;
+  constexpr int kStride = Cfg::kSmemStride;
   const int t = lane % 4;
   const int q_row = lane % 16, q_col = (lane / 16) * 8;
   const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;
@@ -162,8 +152,8 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const DecodePar
 #pragma unroll
   for (int ks = 0; ks < Cfg::kQkSteps; ++ks) {
     uint32_t a[4], kb[4];
-    ldmatrix_x4(a, sQ + q_row * kQStride + ks * kMmaK + q_col);
-    ldmatrix_x4(kb, sK + kv_offset<Cfg>(k_row, ks * kMmaK + k_col));
+    ldmatrix_x4(a, sQ + q_row * kStride + ks * kMmaK + q_col);
+    ldmatrix_x4(kb, sK + k_row * kStride + ks * kMmaK + k_col);
     const uint32_t b_lo[2] = {kb[0], kb[1]};
     const uint32_t b_hi[2] = {kb[2], kb[3]};
     mma_16816<T>(s[0], a, b_lo);
@@ -229,7 +219,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const DecodePar
 #pragma unroll
   for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
     uint32_t vb[4];
-    ldmatrix_x4_trans(vb, sV + kv_offset<Cfg>(v_row, dp * 16 + v_col));
+    ldmatrix_x4_trans(vb, sV + v_row * kStride + dp * 16 + v_col);
     const uint32_t b_lo[2] = {vb[0], vb[1]};
     const uint32_t b_hi[2] = {vb[2], vb[3]};
     mma_16816<T>(st.o[2 * dp], a, b_lo);
@@ -325,6 +315,7 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* smem,
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_splitkv_kernel(const DecodeParams p) {
+  constexpr int kStride = Cfg::kSmemStride;
   constexpr int kStages = Cfg::kStages;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -392,7 +383,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
       const RowAddress a = row_address(p, kv_head, row_first + r);
       v = static_cast<const T*>(p.q.ptr)[batch * p.q.batch_stride + a.query * p.q.row_stride + a.head * p.q.head_stride + c];
     }
-    sQ[r * Cfg::kQStride + c] = v;
+    sQ[r * kStride + c] = v;
   }
   __syncthreads();
 
