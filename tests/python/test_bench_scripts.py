@@ -1,6 +1,7 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
-the median of the timed calls), the commit the merged results record, and the merged decode table; and the
-profile reader scripts/ncu_stalls.py on a small made-up listing."""
+the median of the timed calls), the commit the merged results record, and the merged decode table; the
+profile reader scripts/ncu_stalls.py on a small made-up listing; and the probe insertion of
+scripts/decode_lab.py on the library's decode kernel."""
 
 import csv
 import gzip
@@ -16,6 +17,7 @@ sys.path.insert(0, BENCH)
 sys.path.insert(0, SCRIPTS)
 
 import compare  # noqa: E402
+import decode_lab  # noqa: E402
 import ncu_stalls  # noqa: E402
 import peers_sdpa  # noqa: E402
 
@@ -152,3 +154,34 @@ def test_ncu_stalls_summary_counts_reasons_and_the_executed_mix(tmp_path, capsys
     assert "by reason: long_sb 30.0%" in out
     # The predicate is not the opcode; the mix counts executions, not samples.
     assert "executed:  IMAD 75.0%, HMMA 25.0%" in out
+
+
+def test_decode_lab_probes_the_librarys_kernel():
+    with open(decode_lab.KERNEL) as f:
+        source = f.read()
+    probed = decode_lab.probed_kernel_source(source)
+    # Every probe once, in kernel order: start, loop end, rows written (before the direct return), merge end.
+    marks = ["#include \"probe.cuh\"", "probe_t0 = lab_gtime()", "probe_t1 = lab_gtime()",
+             "lab_probe(probe_t0, probe_t1);\n  if (direct) return;", "lab_probe_merge(tile);",
+             "if (!g_lab_skip) attend_block"]
+    for mark in marks:
+        assert probed.count(mark) == 1, mark
+    order = [probed.index(m) for m in marks[:5]]
+    assert order == sorted(order)
+    # The merge probe follows the whole merge call, whatever its arguments.
+    call = probed.index("  merge_splits<Cfg, T>(")
+    assert probed.index(";\n", call) + 2 == probed.index("  lab_probe_merge(tile);")
+    # Nothing else changed.
+    assert len(probed.splitlines()) == len(source.splitlines()) + 5
+
+
+def test_decode_lab_refuses_a_kernel_without_an_anchor():
+    with open(decode_lab.KERNEL) as f:
+        source = f.read().replace("  if (direct) return;\n", "")
+    with pytest.raises(ValueError, match="if \\(direct\\) return"):
+        decode_lab.probed_kernel_source(source)
+
+
+def test_decode_lab_keeps_the_labs_json_lines():
+    out = 'decode_lab: building\n{"exp":"read_ldg","us":1.5}\nnoise\n{"exp":"done"}\n'
+    assert decode_lab.parse_lines(out) == [{"exp": "read_ldg", "us": 1.5}]
