@@ -40,6 +40,8 @@ constexpr int64_t kAppendMaxBlocks = 4096;    // grid-stride beyond this
 int64_t row_tiles(const detail::KVCacheProblem& p) {
   return (p.group() * p.seqlen_q + decode::kRowsPerTile - 1) / decode::kRowsPerTile;
 }
+// Tiles of the call: (batch, KV head, row tile) triples, each split into CTAs along the keys.
+int64_t tile_count(const detail::KVCacheProblem& p) { return p.batch * p.heads_kv * row_tiles(p); }
 
 // The kernel for the call's head dim; at head dim 128 the wide one while the call's tiles fit one wave of it
 // and the device has its shared memory (209 KB: not on sm80/sm86/sm89, which take the 4-warp kernel).
@@ -47,9 +49,8 @@ DecodeKernel kernel_for(const detail::KVCacheProblem& p, const Context& ctx) {
   if (p.head_dim <= 64) return decode::decode_kernel_hd64();
   if (p.head_dim <= 128) {
     const DecodeKernel wide = decode::decode_kernel_hd128_wide();
-    const int64_t tiles = p.batch * p.heads_kv * row_tiles(p);
     const bool fits = size_t(wide.smem_bytes) <= ctx.smem_optin;
-    return fits && decode::use_wide_kernel(tiles, ctx.sm_count, wide.planned_ctas_per_sm)
+    return fits && decode::use_wide_kernel(tile_count(p), ctx.sm_count, wide.planned_ctas_per_sm)
                ? wide
                : decode::decode_kernel_hd128();
   }
@@ -183,7 +184,7 @@ Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
   s = k.prepare(p.dtype, &ctas_per_sm);
   if (!s.ok()) return s;
 
-  const int64_t tiles = p.batch * p.heads_kv * row_tiles(p);
+  const int64_t tiles = tile_count(p);
   const int64_t splits = p.num_splits > 0 ? p.num_splits
                                           : decode::heuristic_splits(tiles, p.max_len_k(), ctx.sm_count, ctas_per_sm);
   DecodeParams params = make_params(p, splits);
