@@ -26,6 +26,7 @@ import tempfile
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 KERNEL = os.path.join(ROOT, "src", "cuda", "decode", "decode_kernel.cuh")
 LAB = os.path.join(ROOT, "bench", "decode_lab", "decode_lab.cu")
+HEURISTIC = os.path.join(ROOT, "src", "cuda", "decode", "decode_heuristic.cpp")  # the split rule the lab uses
 
 # (anchor in the kernel source, text that replaces it): each anchor must occur exactly once.
 PROBES = (
@@ -112,7 +113,7 @@ def main(argv):
         # The probed copy first, so that "cuda/decode/decode_kernel.cuh" resolves to it.
         cmd = [nvcc, "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I" + tmp,
                "-I" + os.path.join(ROOT, "bench", "decode_lab"), "-I" + os.path.join(ROOT, "src"),
-               "-I" + os.path.join(ROOT, "include")] + ["-D" + d for d in args.define] + ["-o", exe, LAB]
+               "-I" + os.path.join(ROOT, "include")] + ["-D" + d for d in args.define] + ["-o", exe, LAB, HEURISTIC]
         print("decode_lab: building", flush=True)
         subprocess.check_call(cmd)
         print(f"decode_lab: running modes {args.modes}", flush=True)

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "cuda/decode/decode_heuristic.h"
 #include "cuda/decode/decode_kernel.cuh"
 #ifndef LAB_NAME
 #define LAB_NAME ""  // a prefix of the configuration names in the output
@@ -230,27 +231,40 @@ const Shape kShapes[] = {{1, 32768}, {1, 131072}, {16, 8192}, {64, 4096}};
 
 char *g_k, *g_v;
 
+// Copy c (mod copies) of a shape's caches of `bytes` each: consecutive calls never find their keys in L2.
+struct Rotation {
+  size_t bytes;
+  int copies;
+  int next = 0;
+  Rotation(size_t b) : bytes(b), copies(int(std::max<size_t>(1, kPoolHalf / b))) {}
+  size_t take() { return size_t(next++ % copies) * bytes; }
+};
+
+// Times launch(k, v) on rotating copies and prints one row: `moved` bytes per call.
+template <typename Launch>
+void time_read(const char* exp, const char* key, int value, const Shape& s, int grid, double moved, Rotation& rot,
+               Launch&& launch) {
+  const double us = median_us([&] {
+    const size_t off = rot.take();
+    launch(g_k + off, g_v + off);
+  });
+  printf("{\"exp\":\"%s\",\"%s\":%d,\"b\":%d,\"n\":%d,\"grid\":%d,\"us\":%.2f,\"TBps\":%.3f}\n", exp, key, value,
+         s.b, s.n, grid, us, moved / 1e12 / (us * 1e-6));
+}
+
 void read_ceilings(int sm_count) {
   for (const Shape& s : kShapes) {
-    const size_t bytes = size_t(s.b) * s.n * kRowBytes;  // of K (= of V)
-    const int copies = int(std::max<size_t>(1, kPoolHalf / bytes));
-    const double tb = 2.0 * bytes / 1e12;
-    int c = 0;
-    // ldg, grid 132 x {2, 4}
+    Rotation rot(size_t(s.b) * s.n * kRowBytes);  // bytes of K (= of V)
+    // 16-byte loads, grid SMs x {2, 4}
     for (int per_sm : {2, 4}) {
       const int grid = sm_count * per_sm;
-      const size_t per = (bytes / grid) / 4096 * 4096;
-      double us = median_us([&] {
-        read_ldg<4><<<grid, 512>>>(g_k + (c % copies) * bytes, g_v + (c % copies) * bytes, per, nullptr);
-        ++c;
-      });
-      printf("{\"exp\":\"read_ldg\",\"b\":%d,\"n\":%d,\"per_sm\":%d,\"us\":%.2f,\"TBps\":%.3f}\n", s.b, s.n, per_sm, us,
-             2.0 * per * grid / 1e12 / (us * 1e-6));
+      const size_t per = (rot.bytes / grid) / 4096 * 4096;
+      time_read("read_ldg", "per_sm", per_sm, s, grid, 2.0 * per * grid, rot,
+                [&](const char* k, const char* v) { read_ldg<4><<<grid, 512>>>(k, v, per, nullptr); });
     }
-    // cp.async and bulk, both patterns, the decode kernel's CTA count (8 heads x splits, 2 per SM)
+    // cp.async and bulk, both patterns, the decode kernel's CTA count (8 heads x the 4-warp kernel's splits)
     const int tiles = s.b * kHeads;
-    const int slots = sm_count * 2;
-    const int splits = tiles >= slots ? 1 : std::min(slots / tiles, s.n / 256);
+    const int splits = int(heuristic_splits(tiles, s.n, sm_count, 2));
     for (int pattern : {0, 1}) {
       ReadGeom g{};
       g.pattern = pattern;
@@ -258,47 +272,38 @@ void read_ceilings(int sm_count) {
       int grid;
       if (pattern == 0) {
         grid = tiles * splits;
-        g.bytes_per_cta = (bytes / grid) / kBlk * kBlk;
+        g.bytes_per_cta = (rot.bytes / grid) / kBlk * kBlk;
       } else {
         if (s.b != 1) continue;  // token-major synthetic pattern only for batch 1 (one sequence)
         grid = kHeads * splits;
         g.tokens = s.n / splits / 16 * 16;
       }
       const double moved = pattern == 0 ? 2.0 * g.bytes_per_cta * grid : 2.0 * g.tokens * 256.0 * grid;
-      double us = 0;
-      {
-        const int smem = kRWarps * kRStages * 2 * 16 * 256;
-        CK(cudaFuncSetAttribute(read_cpasync<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        us = median_us([&] {
-          read_cpasync<256><<<grid, 128, smem>>>(g_k + (c % copies) * bytes, g_v + (c % copies) * bytes, g, nullptr);
-          ++c;
-        });
-        printf("{\"exp\":\"read_cpasync\",\"pattern\":%d,\"b\":%d,\"n\":%d,\"grid\":%d,\"us\":%.2f,\"TBps\":%.3f}\n", pattern,
-               s.b, s.n, grid, us, moved / 1e12 / (us * 1e-6));
-      }
-      {
-        const int smem = kRWarps * kRStages * 2 * 16 * 272 + 4352;  // the decode kernel's padded rows and Q
-        CK(cudaFuncSetAttribute(read_cpasync<272>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        us = median_us([&] {
-          read_cpasync<272><<<grid, 128, smem>>>(g_k + (c % copies) * bytes, g_v + (c % copies) * bytes, g, nullptr);
-          ++c;
-        });
-        printf("{\"exp\":\"read_cpasync_pad\",\"pattern\":%d,\"b\":%d,\"n\":%d,\"grid\":%d,\"us\":%.2f,\"TBps\":%.3f}\n", pattern,
-               s.b, s.n, grid, us, moved / 1e12 / (us * 1e-6));
-      }
-      const int smemb = kRWarps * 4 * 2 * kBlk;
-      CK(cudaFuncSetAttribute(read_bulk<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smemb));
-      us = median_us([&] {
-        read_bulk<4><<<grid, 128, smemb>>>(g_k + (c % copies) * bytes, g_v + (c % copies) * bytes, g, nullptr);
-        ++c;
+      const int smem = kRWarps * kRStages * 2 * 16 * 256;
+      CK(cudaFuncSetAttribute(read_cpasync<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      time_read("read_cpasync", "pattern", pattern, s, grid, moved, rot, [&](const char* k, const char* v) {
+        read_cpasync<256><<<grid, 128, smem>>>(k, v, g, nullptr);
       });
-      printf("{\"exp\":\"read_bulk4\",\"pattern\":%d,\"b\":%d,\"n\":%d,\"grid\":%d,\"us\":%.2f,\"TBps\":%.3f}\n", pattern,
-             s.b, s.n, grid, us, moved / 1e12 / (us * 1e-6));
-      (void)tb;
+      const int smem_pad = kRWarps * kRStages * 2 * 16 * 272 + 4352;  // the decode kernel's padded rows and Q
+      CK(cudaFuncSetAttribute(read_cpasync<272>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_pad));
+      time_read("read_cpasync_pad", "pattern", pattern, s, grid, moved, rot, [&](const char* k, const char* v) {
+        read_cpasync<272><<<grid, 128, smem_pad>>>(k, v, g, nullptr);
+      });
+      const int smem_bulk = kRWarps * 4 * 2 * kBlk;
+      CK(cudaFuncSetAttribute(read_bulk<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bulk));
+      time_read("read_bulk4", "pattern", pattern, s, grid, moved, rot, [&](const char* k, const char* v) {
+        read_bulk<4><<<grid, 128, smem_bulk>>>(k, v, g, nullptr);
+      });
     }
   }
   double us = median_us([&] { empty_kernel<<<264, 128>>>(nullptr); });
   printf("{\"exp\":\"empty_kernel\",\"grid\":264,\"us\":%.2f}\n", us);
+}
+
+// Points the kernel's probes at these buffers (nullptr: record nothing).
+void set_probes(LabProbe* probe, unsigned long long* merge) {
+  CK(cudaMemcpyToSymbol(g_lab_probe, &probe, sizeof(probe)));
+  CK(cudaMemcpyToSymbol(g_lab_merge, &merge, sizeof(merge)));
 }
 
 // ---- decode kernel ----------------------------------------------------------------------------------------
@@ -311,16 +316,14 @@ void run_decode(const char* cfg_name, int sm_count, LabProbe* d_probe, unsigned 
   int per_sm = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
   for (const Shape& s : kShapes) {
-    const size_t bytes = size_t(s.b) * s.n * kRowBytes;
-    const int copies = int(std::max<size_t>(1, kPoolHalf / bytes));
+    Rotation rot(size_t(s.b) * s.n * kRowBytes);
+    const size_t bytes = rot.bytes;
     std::vector<int32_t> lens(s.b, s.n);
     CK(cudaMemcpy(d_lens, lens.data(), s.b * 4, cudaMemcpyHostToDevice));
     const int tiles = s.b * kHeads;
-    const int slots = sm_count * per_sm;
-    const int heur = tiles >= slots ? 1 : std::max(1, std::min({slots / tiles, s.n / 256, kMaxSplits}));
-    std::vector<int> split_list = {heur};
+    const int splits = int(heuristic_splits(tiles, s.n, sm_count, per_sm));  // the library's rule
     for (int layout = 0; layout < 2; ++layout) {
-      for (int splits : split_list) {
+      {
         DecodeParams p{};
         p.q = TensorParams{d_q, 32 * kHd, 32 * kHd, kHd};
         p.out = TensorParams{d_out, 32 * kHd, 32 * kHd, kHd};
@@ -346,30 +349,23 @@ void run_decode(const char* cfg_name, int sm_count, LabProbe* d_probe, unsigned 
         p.partial_lse = d_part + size_t(tiles) * splits * 16 * kHd;
         p.tickets = d_tickets;
         const dim3 grid(splits, kHeads, s.b);
-        int c = 0;
-        LabProbe* zero = nullptr;
-        CK(cudaMemcpyToSymbol(g_lab_probe, &zero, sizeof(zero)));
-        CK(cudaMemcpyToSymbol(g_lab_merge, &zero, sizeof(zero)));
-        double us = median_us([&] {
+        auto launch_on_next_copy = [&] {
+          const size_t off = rot.take();
           DecodeParams q = p;
-          q.k_cache.ptr = g_k + (c % copies) * bytes;
-          q.v_cache.ptr = g_v + (c % copies) * bytes;
-          ++c;
+          q.k_cache.ptr = g_k + off;
+          q.v_cache.ptr = g_v + off;
           kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(q);
-        });
+        };
+        set_probes(nullptr, nullptr);
+        const double us = median_us(launch_on_next_copy);
         // one probed call on a cold copy
         const int ctas = splits * kHeads * s.b;
         CK(cudaMemset(d_probe, 0, sizeof(LabProbe) * ctas));
         CK(cudaMemset(d_merge, 0, 8 * tiles));
-        CK(cudaMemcpyToSymbol(g_lab_probe, &d_probe, sizeof(d_probe)));
-        CK(cudaMemcpyToSymbol(g_lab_merge, &d_merge, sizeof(d_merge)));
-        {
-          DecodeParams q = p;
-          q.k_cache.ptr = g_k + (c % copies) * bytes;
-          q.v_cache.ptr = g_v + (c % copies) * bytes;
-          kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(q);
-        }
+        set_probes(d_probe, d_merge);
+        launch_on_next_copy();
         CK(cudaDeviceSynchronize());
+        set_probes(nullptr, nullptr);
         std::vector<LabProbe> pr(ctas);
         std::vector<unsigned long long> mg(tiles);
         CK(cudaMemcpy(pr.data(), d_probe, sizeof(LabProbe) * ctas, cudaMemcpyDeviceToHost));
