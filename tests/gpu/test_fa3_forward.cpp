@@ -1,8 +1,10 @@
 // What only the Hopper fa3 forward has, beyond the suite it shares with fa2 (test_forward_gpu.cpp):
 // small shapes for the sanitizers, bitwise-equal results over many runs of a multi-tile grid (a race
-// in the warp-specialized pipeline shows up as a run that differs), the choice `auto` makes on a
+// in the warp-specialized pipeline shows up as a run that differs), the tile order's L2 sections and the
+// work queue (several sections, the counter back at zero after every call), the choice `auto` makes on a
 // compute capability 9.0 device, and every ablation variant (forward_fa3_ablation) against the
-// float64 reference. Every test skips with a message on a device that is not compute capability 9.0.
+// float64 reference. Every GPU test skips with a message on a device that is not compute capability 9.0;
+// the section rule (Fa3Schedule) is host code and runs everywhere.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +15,8 @@
 #include <vector>
 
 #include "common/attention_case.h"
+#include "cuda/common/stream_counters.h"
+#include "cuda/sm90/fa3_schedule.h"
 #include "device_case.h"
 #include "flashattn/attention.h"
 #include "forward_check.h"
@@ -115,6 +119,87 @@ TEST(Fa3Forward, HundredRunsBitwiseEqual) {
       ASSERT_EQ(h.lse.storage, first_lse) << "lse differs from run 0 in run " << run;
     }
     std::cout << "  " << c.name() << ": " << kRuns << " runs bitwise equal\n";
+  }
+}
+
+// The section rule on the benchmark's shapes and at its edges (host code: runs without a GPU).
+TEST(Fa3Schedule, SectionsHoldTheKvThatFitsAndAtLeastTwoWaves) {
+  using flashattn::cuda::fa3::kL2SectionBytes;
+  using flashattn::cuda::fa3::l2_section_heads;
+  constexpr int kGrid = 132;
+  // d 128, N 1024, batch 16 x 16 heads: 512 KB of K/V per head, 32 fit; 8 Q tiles per head, so two
+  // waves (264 tiles) need 33 heads: 64 (the next power of two).
+  EXPECT_EQ(l2_section_heads(16, 16, 16, 1024, 128, 2, 8, kGrid), 64);
+  // d 64, N 512, batch 32 x 32 heads: 128 KB per head, 128 fit, which is more than two waves.
+  EXPECT_EQ(l2_section_heads(32, 32, 32, 512, 64, 2, 3, kGrid), 128);
+  // d 128, N 16384, one sequence of 16 heads: 8 MB per head, 2 fit; 128 Q tiles per head, so two waves
+  // need 3 heads: 4.
+  EXPECT_EQ(l2_section_heads(1, 16, 16, 16384, 128, 2, 128, kGrid), 4);
+  // GQA 4:1: sections are whole groups of query heads (multiples of 4) and count the K/V once per group.
+  EXPECT_EQ(l2_section_heads(1, 32, 8, 16384, 128, 2, 128, kGrid), 8);
+  EXPECT_EQ(l2_section_heads(4, 32, 8, 4096, 128, 2, 32, kGrid), 32);
+  // Never more than all pairs, never fewer than one.
+  EXPECT_EQ(l2_section_heads(1, 2, 2, 64, 64, 2, 1, kGrid), 2);
+  EXPECT_EQ(l2_section_heads(1, 1, 1, int64_t(1) << 30, 256, 2, 1, 1), 1);
+  EXPECT_EQ(l2_section_heads(1, 1, 1, 0, 64, 2, 0, 0), 1);
+  // The K/V of a section fit kL2SectionBytes whenever the two-wave floor does not decide.
+  for (int64_t n : {2048, 4096, 8192, 16384}) {
+    const int64_t kv_head_bytes = n * 128 * 2 * 2;
+    const int heads = l2_section_heads(64, 8, 8, n, 128, 2, 1024, kGrid);
+    EXPECT_LE(heads * kv_head_bytes, kL2SectionBytes) << n;
+    EXPECT_GT(2 * heads * kv_head_bytes, kL2SectionBytes) << n;  // and no smaller than needed
+  }
+}
+
+// A causal GQA shape with three L2 sections of unequal size (8, 8 and 4 query-head pairs: 16384 keys of
+// head dim 64 put 4 KV heads in a section), run twice on one stream: every element written (the outputs
+// are poisoned), sampled rows of every head against the reference, both runs bitwise equal, and the
+// work queue's counter back at zero after each call (else the second call would skip tiles).
+TEST(Fa3Forward, SectionsAndWorkQueue) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  constexpr int kSampleRows = 8;
+  constexpr int kPoisonByte = 0xFF;
+  Case c = fa3_case("sections", DType::kBFloat16, 64, 16384, 16384);
+  c.heads_q = 20;
+  c.heads_kv = 10;
+  c.causal = true;
+  const int sm_count = [] {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    return sms;
+  }();
+  const int m_blocks = int((c.seqlen_q + 191) / 192);  // head dim 64: 192-row tiles
+  ASSERT_EQ(flashattn::cuda::fa3::l2_section_heads(1, 20, 10, 16384, 64, 2, m_blocks, sm_count), 8)
+      << "the shape no longer has three sections";
+  const uint64_t seed = fat::next_forward_seed();
+  SCOPED_TRACE(c.name() + " seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  HostCase h(c, rng);
+  DeviceCase d(h);
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  int* counter = nullptr;  // the default stream's zero-at-rest counters, the queue's among them
+  ASSERT_TRUE(flashattn::cuda::stream_counters(device, nullptr, 1, &counter).ok());
+  std::vector<uint8_t> first_out;
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_EQ(cudaMemset(d.out.view().data, kPoisonByte, h.out.storage.size()), cudaSuccess);
+    ASSERT_EQ(cudaMemset(d.lse.view().data, kPoisonByte, h.lse.storage.size()), cudaSuccess);
+    RunInfo info;
+    const Status s = flashattn::forward(d.forward_args(), &info);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    int left = -1;
+    ASSERT_EQ(cudaMemcpy(&left, counter, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(left, 0) << "the work queue's counter after call " << run;
+    d.download_forward(&h);
+    if (run == 0) {
+      fat::expect_kernel(info, kFa3Prefix);
+      ASSERT_NO_FATAL_FAILURE(fat::expect_sampled_rows_match(h, kSampleRows, rng, info.kernel));
+      first_out = h.out.storage;
+    } else {
+      EXPECT_EQ(h.out.storage, first_out) << "out differs between the two calls";
+    }
   }
 }
 

@@ -16,10 +16,10 @@
 #include "core/numeric.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/stream_buffer.h"
+#include "cuda/common/stream_counters.h"
 #include "cuda/decode/decode_append.cuh"
 #include "cuda/decode/decode_heuristic.h"
 #include "cuda/decode/decode_kernels.h"
-#include "cuda/decode/decode_tickets.h"
 #include "cuda/launch.h"
 #include "flashattn/kvcache.h"
 
@@ -209,7 +209,7 @@ Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
       params.tickets = reinterpret_cast<int*>(workspace.at(o_bytes + lse_bytes));
       FA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(params.tickets, 0, ticket_bytes, ctx.stream));
     } else {
-      s = decode::stream_tickets(ctx.device, ctx.stream, tiles, &params.tickets);
+      s = stream_counters(ctx.device, ctx.stream, tiles, &params.tickets);
       if (!s.ok()) return s;
     }
   }

@@ -33,10 +33,10 @@ struct Fa3Config {
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? sm90::kWarpgroupThreads : 0);
-  // Register split after setmaxnreg: the producer needs a few addresses, the consumers hold S, P and O.
-  // Two consumers: 24 * 128 + 240 * 256 = 64512 registers; three: 32 * 128 + 160 * 384 = 65536 (the
-  // register file, at one CTA per SM).
-  static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 24 : 32;
+  // Register split after setmaxnreg: the producer needs a few addresses and its tile-queue state (at 24
+  // the head-dim-256 producer spilled), the consumers hold S, P and O. Two consumers: 32 * 128 + 240 * 256
+  // = 65536 registers; three: 32 * 128 + 160 * 384 = 65536 (the register file, at one CTA per SM).
+  static constexpr int kProducerRegs = 32;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 240 : 160;
   static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "two or three consumer warpgroups");
 
@@ -53,6 +53,8 @@ struct Fa3Config {
                 "every tile must start on a 1024-byte swizzle boundary");
 };
 
+constexpr int kTileSlots = 2;  // the producer runs at most one tile ahead of the consumers
+
 // One CTA's shared memory. Tiles first (each a multiple of 1024 bytes, so each starts on a swizzle
 // boundary when the struct does), barriers last.
 template <typename Cfg, typename T>
@@ -66,6 +68,11 @@ struct Fa3Shared {
   uint64_t q_full, q_empty;
   uint64_t k_full[Cfg::kStages], k_empty[Cfg::kStages];
   uint64_t v_full[Cfg::kStages], v_empty[Cfg::kStages];
+  // The tile queue from the producer to the consumers (warp-specialized kernels): slot t % kTileSlots holds
+  // the index of the CTA's t-th tile (num_tiles or more: no tile left). full: the producer stored it (one
+  // arrival); empty: every consumer warp has read it (one arrival per warp).
+  uint64_t tile_full[kTileSlots], tile_empty[kTileSlots];
+  int tile_slot[kTileSlots];
 };
 
 template <typename Cfg, typename T>
@@ -78,8 +85,12 @@ constexpr int fa3_smem_bytes() {
 struct Fa3Params {
   CUtensorMap tm_q, tm_k, tm_v;
   AttnParams attn;
-  int num_m_blocks;  // Q tiles per (batch, head): ceil(seqlen_q / kBlockM), seqlen_q the varlen maximum
-  int num_tiles;     // num_m_blocks * batch * heads_q
+  int num_m_blocks;   // Q tiles per (batch, head): ceil(seqlen_q / kBlockM), seqlen_q the varlen maximum
+  int num_tiles;      // num_m_blocks * batch * heads_q
+  int section_heads;  // (batch, query head) pairs per L2 section of the tile order (make_tile), >= 1
+  // Work queue of warp-specialized kernels: one int that is zero when the kernel starts and that the
+  // kernel puts back to zero (claim_tile). nullptr: the static schedule, tile blockIdx.x + k * gridDim.x.
+  int* tile_counter;
 };
 
 }  // namespace flashattn::cuda::fa3

@@ -18,9 +18,15 @@
 //  - Inside a warpgroup: issue Q K_j^T, then P_{j-1} V_{j-1}; wait for the first, run the softmax of block
 //    j while P V is still in flight, then wait for P V and rescale O.
 //
-// Scheduling. A persistent grid walks tiles blockIdx.x, +gridDim.x, ...; tiles are numbered with the
-// Q-tile index descending outermost, so with a causal mask the longest tiles start first, and (batch,
-// head) innermost, so the query heads of one KV head run side by side and share K/V in L2.
+// Scheduling. A persistent grid (one CTA per SM) takes tiles from a work queue: each CTA starts with tile
+// blockIdx.x, and its producer claims the next one with an atomicAdd on a global counter once it has
+// issued the current tile's loads, then hands the index to the consumers through a two-slot queue in
+// shared memory. CTAs that finish early take more tiles, which evens out the unequal tiles of a causal mask.
+// Tile order (make_tile): L2 sections, each a run of (batch, query head) pairs whose K and V fit in a slice
+// of L2; inside a section the Q-tile index descends outermost (longest tiles first under a causal mask)
+// and the pair runs innermost. The CTAs busy at one time then work on a few pairs and share their K/V in
+// L2 (query heads of one KV head are adjacent pairs), instead of each reading its own pair's K/V from
+// device memory.
 //
 // The KV blocks of a tile are visited from the last to the first: the blocks that need a per-element mask
 // (causal diagonal, end of the keys) come first, then the fully visible ones, then those at a sliding
@@ -63,8 +69,14 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
   const AttnParams& a = p.attn;
   const int bh_count = a.batch * a.heads_q;
   TileWork w;
-  const int m_block = p.num_m_blocks - 1 - tile / bh_count;
-  const int bh = tile % bh_count;
+  // Section s holds pairs [s * section_heads, + heads_here) (the last one may hold fewer), all their Q tiles.
+  const int section_tiles = p.section_heads * p.num_m_blocks;
+  const int section = tile / section_tiles;
+  const int first_bh = section * p.section_heads;
+  const int heads_here = min(p.section_heads, bh_count - first_bh);
+  const int r = tile - section * section_tiles;
+  const int m_block = p.num_m_blocks - 1 - r / heads_here;
+  const int bh = first_bh + r % heads_here;
   w.batch = bh / a.heads_q;
   w.head = bh % a.heads_q;
   w.kv_head = w.head / (a.heads_q / a.heads_kv);
@@ -118,22 +130,51 @@ __device__ __forceinline__ void load_kv(Fa3Shared<Cfg, T>& sm, const Fa3Params& 
                       w.k_row + n * Cfg::kBlockN, w.kv_head, w.batch_coord);
 }
 
+// ---- tile queue -------------------------------------------------------------------------------------------
+
+// The tile after `tile`: the static schedule's next one, or the work queue's. Every CTA draws a ticket
+// once per tile it handles, the grid's first tiles included, so the draws number num_tiles in all and
+// ticket num_tiles - 1 is the last one: whoever draws it puts the counter back to zero for the next
+// kernel on the stream. Drawn after the tile's last load; the atomic's round trip hides behind the
+// producer's wait for a free stage, which comes only after the consumers' next block.
+__device__ __forceinline__ int claim_tile(const Fa3Params& p, int tile) {
+  if (p.tile_counter == nullptr) return tile + int(gridDim.x);
+  const int ticket = atomicAdd(p.tile_counter, 1);
+  if (ticket == p.num_tiles - 1) atomicExch(p.tile_counter, 0);
+  return int(gridDim.x) + ticket;
+}
+
+// The producer hands the CTA's t-th tile index to the consumers.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void publish_tile(Fa3Shared<Cfg, T>& sm, int t, int tile) {
+  const int slot = t % kTileSlots;
+  // Hazard: every consumer warp must have read the slot's previous index (tile t - kTileSlots).
+  sm90::mbar_wait(&sm.tile_empty[slot], ((t / kTileSlots) & 1) ^ 1);
+  sm.tile_slot[slot] = tile;
+  sm90::mbar_arrive(&sm.tile_full[slot]);  // release: the index is visible to whoever sees the phase flip
+}
+
 // The producer warpgroup's loop (one thread). K of a tile's first block goes out before its Q, so the
 // next tile's first keys stream in while the consumers are still in the previous tile's epilogue.
 template <typename Cfg, typename T>
 __device__ void producer_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
   int q_iter = 0, kv_iter = 0;
-  for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+  int tile = blockIdx.x;
+  for (int t = 0;; ++t) {
+    publish_tile(sm, t, tile);
+    if (tile >= p.num_tiles) break;
     const TileWork w = make_tile<Cfg>(p, tile);
-    if (!w.valid || w.blocks() == 0) continue;
-    load_kv<false>(sm, p, w, w.n_last - 1, kv_iter);
-    load_q(sm, p, w, q_iter++);
-    load_kv<true>(sm, p, w, w.n_last - 1, kv_iter);
-    ++kv_iter;
-    for (int n = w.n_last - 2; n >= w.n_first; --n, ++kv_iter) {
-      load_kv<false>(sm, p, w, n, kv_iter);
-      load_kv<true>(sm, p, w, n, kv_iter);
+    if (w.valid && w.blocks() > 0) {
+      load_kv<false>(sm, p, w, w.n_last - 1, kv_iter);
+      load_q(sm, p, w, q_iter++);
+      load_kv<true>(sm, p, w, w.n_last - 1, kv_iter);
+      ++kv_iter;
+      for (int n = w.n_last - 2; n >= w.n_first; --n, ++kv_iter) {
+        load_kv<false>(sm, p, w, n, kv_iter);
+        load_kv<true>(sm, p, w, n, kv_iter);
+      }
     }
+    tile = claim_tile(p, tile);
   }
 }
 
@@ -296,6 +337,20 @@ struct Consumer {
   }
   __device__ void refill_v(const TileWork& w, int idx, int iter) {
     if (!Cfg::kWarpSpecialized && is_loader && idx < w.blocks()) load_kv<true>(sm, p, w, w.n_last - 1 - idx, iter);
+  }
+
+  // The CTA's t-th tile: from the producer's queue, or the static schedule without a producer.
+  __device__ int take_tile(int t) {
+    if constexpr (!Cfg::kWarpSpecialized) {
+      return int(blockIdx.x) + t * int(gridDim.x);
+    } else {
+      const int slot = t % kTileSlots;
+      sm90::mbar_wait(&sm.tile_full[slot], (t / kTileSlots) & 1);
+      const int tile = *static_cast<volatile int*>(&sm.tile_slot[slot]);
+      __syncwarp();  // every lane of the warp has its copy before the slot is released
+      if (lane() == 0) sm90::mbar_arrive(&sm.tile_empty[slot]);
+      return tile;
+    }
   }
 
   __device__ void wait_k(int iter) { sm90::mbar_wait(&sm.k_full[iter % Cfg::kStages], (iter / Cfg::kStages) & 1); }
@@ -495,7 +550,9 @@ struct Consumer {
     const AttnParams& a = p.attn;
     // Consumer 0 goes first: the last consumer hands it the first turn.
     if (Cfg::kPingPong && wg == Cfg::kConsumerWarpgroups - 1) sm90::named_arrive(kTurnBarrier + 0, kTurnThreads);
-    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x) {
+    for (int t = 0;; ++t) {
+      const int tile = take_tile(t);
+      if (tile >= p.num_tiles) break;
       const TileWork w = make_tile<Cfg>(p, tile);
       if (!w.valid) continue;
       if (w.blocks() == 0) {
@@ -573,6 +630,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_
       sm90::mbar_init(&sm.v_full[s], 1);
       sm90::mbar_init(&sm.k_empty[s], Cfg::kConsumerWarpgroups);
       sm90::mbar_init(&sm.v_empty[s], Cfg::kConsumerWarpgroups);
+    }
+    for (int s = 0; s < kTileSlots; ++s) {
+      sm90::mbar_init(&sm.tile_full[s], 1);
+      sm90::mbar_init(&sm.tile_empty[s], Cfg::kConsumerThreads / 32);
     }
     sm90::fence_barrier_init();
   }

@@ -1,4 +1,5 @@
-// Launch of one fa3 forward kernel: tensor maps, persistent grid, shared-memory opt-in.
+// Launch of one fa3 forward kernel: tensor maps, persistent grid and its tile order and work queue,
+// shared-memory opt-in.
 #pragma once
 
 #include <cuda.h>
@@ -7,8 +8,11 @@
 #include <string>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/stream_buffer.h"
+#include "cuda/common/stream_counters.h"
 #include "cuda/launch.h"
 #include "cuda/sm90/fa3_fwd_kernel.cuh"
+#include "cuda/sm90/fa3_schedule.h"
 
 namespace flashattn::cuda::fa3 {
 
@@ -48,9 +52,26 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   // Persistent: one CTA per SM (the register split needs the whole register file), never more CTAs than tiles.
   const int grid = params.num_tiles < ctx.sm_count ? params.num_tiles : ctx.sm_count;
+  params.section_heads = l2_section_heads(prob.batch, prob.heads_q, prob.heads_kv, prob.seqlen_k, prob.head_dim,
+                                          int(sizeof(T)), params.num_m_blocks, grid);
+  // The work queue's counter (warp-specialized kernels; the others keep the static schedule): the stream's
+  // zero-at-rest counter, or, on a stream being captured into a graph, a zeroed one of the call's own.
+  StreamBuffer own_counter(ctx.stream);
+  if constexpr (Cfg::kWarpSpecialized) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    FA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx.stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      s = own_counter.allocate_zeroed(sizeof(int));
+      if (!s.ok()) return s;
+      params.tile_counter = reinterpret_cast<int*>(own_counter.at(0));
+    } else {
+      s = stream_counters(ctx.device, ctx.stream, 1, &params.tile_counter);
+      if (!s.ok()) return s;
+    }
+  }
   kernel<<<grid, Cfg::kThreads, kSmem, ctx.stream>>>(params);
   FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa3_fwd_kernel");
-  return Status::Ok();
+  return own_counter.release();
 }
 
 inline bool has_masked_blocks(const detail::Problem& p) {

@@ -1,4 +1,4 @@
-#include "cuda/decode/decode_tickets.h"
+#include "cuda/common/stream_counters.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -8,12 +8,12 @@
 
 #include "cuda/common/cuda_check.h"
 
-namespace flashattn::cuda::decode {
+namespace flashattn::cuda {
 namespace {
 
-constexpr int64_t kMinTickets = 1024;  // the first array covers 1024 tiles: a 128 x 8-head batch
+constexpr int64_t kMinCounters = 1024;  // the first array covers 1024 decode tiles: a 128 x 8-head batch
 
-struct Tickets {
+struct Counters {
   int* ptr = nullptr;
   int64_t count = 0;
 };
@@ -24,24 +24,24 @@ std::mutex& pool_mutex() {
 }
 // Never destroyed: the arrays live as long as the process (the CUDA context may be gone at static
 // destruction, and freeing then would fail).
-std::map<std::pair<int, uintptr_t>, Tickets>& pool() {
-  static auto* p = new std::map<std::pair<int, uintptr_t>, Tickets>();
+std::map<std::pair<int, uintptr_t>, Counters>& pool() {
+  static auto* p = new std::map<std::pair<int, uintptr_t>, Counters>();
   return *p;
 }
 
 }  // namespace
 
-Status stream_tickets(int device, cudaStream_t stream, int64_t count, int** tickets) {
+Status stream_counters(int device, cudaStream_t stream, int64_t count, int** counters) {
   std::lock_guard<std::mutex> lock(pool_mutex());
-  Tickets& t = pool()[{device, reinterpret_cast<uintptr_t>(stream)}];
+  Counters& t = pool()[{device, reinterpret_cast<uintptr_t>(stream)}];
   if (t.count < count) {
-    const int64_t n = std::max({count, 2 * t.count, kMinTickets});
+    const int64_t n = std::max({count, 2 * t.count, kMinCounters});
     void* fresh = nullptr;
     FA_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&fresh, size_t(n) * sizeof(int), stream));
     const cudaError_t zeroed = cudaMemsetAsync(fresh, 0, size_t(n) * sizeof(int), stream);
     if (zeroed != cudaSuccess) {
       cudaFreeAsync(fresh, stream);
-      return cuda_status(zeroed, "cudaMemsetAsync(decode tickets)");
+      return cuda_status(zeroed, "cudaMemsetAsync(stream counters)");
     }
     int* old = t.ptr;
     t.ptr = static_cast<int*>(fresh);
@@ -49,8 +49,8 @@ Status stream_tickets(int device, cudaStream_t stream, int64_t count, int** tick
     // Kernels queued before this call still count on the old array: free it after them, on the stream.
     if (old != nullptr) FA_CUDA_RETURN_IF_ERROR(cudaFreeAsync(old, stream));
   }
-  *tickets = t.ptr;
+  *counters = t.ptr;
   return Status::Ok();
 }
 
-}  // namespace flashattn::cuda::decode
+}  // namespace flashattn::cuda
