@@ -33,11 +33,14 @@ struct Fa3Config {
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? sm90::kWarpgroupThreads : 0);
-  // Register split after setmaxnreg: the producer needs a few addresses and its tile-queue state (at 24
-  // the head-dim-256 producer spilled), the consumers hold S, P and O. Two consumers: 32 * 128 + 240 * 256
-  // = 65536 registers; three: 32 * 128 + 160 * 384 = 65536 (the register file, at one CTA per SM).
-  static constexpr int kProducerRegs = 32;
-  static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 240 : 160;
+  // Register split after setmaxnreg: the producer warpgroup (load thread, scheduler thread) needs its
+  // tile and ring state, the consumers hold S, P and O. The registers come from what the CTA got at
+  // launch (168 per thread at 384 threads, 128 at 512), so the sum must stay within that, not within the
+  // register file (a split that asks for more leaves the consumers' setmaxnreg.inc waiting forever): two
+  // consumers 40 * 128 + 232 * 256 = 64512 = 168 * 384 (24 / 240 spilled in the producer once it kept
+  // the tile queue); three 32 * 128 + 160 * 384 = 65536 = 128 * 512.
+  static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
   static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3, "two or three consumer warpgroups");
 
   static constexpr int kColBlocks = kHeadDim / sm90::kSwizzleElems;  // 64-wide column blocks of the head dim
@@ -53,7 +56,18 @@ struct Fa3Config {
                 "every tile must start on a 1024-byte swizzle boundary");
 };
 
-constexpr int kTileSlots = 2;  // the producer runs at most one tile ahead of the consumers
+// One tile of work (fa3_fwd_kernel.cuh, make_tile): computed once per tile and handed to every role
+// through the tile queue, so the producer and the consumers agree exactly on the number of blocks (which
+// decides how many ring stages each side advances).
+struct alignas(16) TileWork {
+  int batch, head, kv_head;
+  int row_begin, len_q;
+  int q_row, k_row, batch_coord;  // TMA coordinates of the tile's first Q row and the sequence's first key
+  int n_first, n_last;            // KV blocks [n_first, n_last), visited from n_last - 1 down
+  bool valid;                     // the tile has rows (varlen sequences can be shorter than the maximum)
+  bool end;                       // past the last tile: the CTA is done
+  __device__ int blocks() const { return n_last - n_first; }
+};
 
 // One CTA's shared memory. Tiles first (each a multiple of 1024 bytes, so each starts on a swizzle
 // boundary when the struct does), barriers last.
@@ -68,11 +82,11 @@ struct Fa3Shared {
   uint64_t q_full, q_empty;
   uint64_t k_full[Cfg::kStages], k_empty[Cfg::kStages];
   uint64_t v_full[Cfg::kStages], v_empty[Cfg::kStages];
-  // The tile queue from the producer to the consumers (warp-specialized kernels): slot t % kTileSlots holds
-  // the index of the CTA's t-th tile (num_tiles or more: no tile left). full: the producer stored it (one
-  // arrival); empty: every consumer warp has read it (one arrival per warp).
-  uint64_t tile_full[kTileSlots], tile_empty[kTileSlots];
-  int tile_slot[kTileSlots];
+  // The tile queue (warp-specialized kernels): the slot holds the CTA's current tile (end: none left).
+  // full: the scheduler thread stored it (one arrival); empty: every reader has taken it (one arrival
+  // per consumer warp and one from the load thread).
+  uint64_t tile_full, tile_empty;
+  TileWork tile_slot;
 };
 
 template <typename Cfg, typename T>

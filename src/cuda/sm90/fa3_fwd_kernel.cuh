@@ -19,9 +19,10 @@
 //    j while P V is still in flight, then wait for P V and rescale O.
 //
 // Scheduling. A persistent grid (one CTA per SM) takes tiles from a work queue: each CTA starts with tile
-// blockIdx.x, and its producer claims the next one with an atomicAdd on a global counter once it has
-// issued the current tile's loads, then hands the index to the consumers through a two-slot queue in
-// shared memory. CTAs that finish early take more tiles, which evens out the unequal tiles of a causal mask.
+// blockIdx.x; a scheduler thread in the producer warpgroup claims the next one with an atomicAdd on a
+// global counter when the current one starts, works out its TileWork and hands it to the load thread and
+// the consumers through a one-slot queue in shared memory. CTAs that finish early take more tiles, which
+// evens out the unequal tiles of a causal mask. (Without warp specialization: the static schedule.)
 // Tile order (make_tile): L2 sections, each a run of (batch, query head) pairs whose K and V fit in a slice
 // of L2; inside a section the Q-tile index descends outermost (longest tiles first under a causal mask)
 // and the pair runs innermost. The CTAs busy at one time then work on a few pairs and share their K/V in
@@ -53,36 +54,47 @@ constexpr int kTurnBarrier = 1;
 // Threads that meet at a turn barrier: the warpgroup taking its turn and the one handing it over.
 constexpr int kTurnThreads = 2 * kWarpgroupThreads;
 
-// What both roles derive from a tile index; they must agree exactly, since the number of blocks decides
-// how many ring stages each side advances.
-struct TileWork {
-  int batch, head, kv_head;
-  int row_begin, len_q, len_k;
-  int q_row, k_row, batch_coord;  // TMA coordinates of the tile's first Q row and the sequence's first key
-  int n_first, n_last;            // KV blocks [n_first, n_last), visited from n_last - 1 down
-  bool valid;                     // the tile has rows (varlen sequences can be shorter than the maximum)
-  __device__ int blocks() const { return n_last - n_first; }
+// Where tile `tile` (< num_tiles) of the order lies. Section s holds pairs [s * section_heads,
+// + heads_here) (the last one may hold fewer) with all their Q tiles.
+struct TileCoord {
+  int m_block, batch, head, kv_head;
 };
 
+__device__ __forceinline__ TileCoord tile_coord(const Fa3Params& p, int tile) {
+  const AttnParams& a = p.attn;
+  const unsigned bh_count = unsigned(a.batch * a.heads_q);
+  const unsigned section_tiles = unsigned(p.section_heads * p.num_m_blocks);
+  const unsigned section = unsigned(tile) / section_tiles;
+  const unsigned first_bh = section * unsigned(p.section_heads);
+  const unsigned heads_here = min(unsigned(p.section_heads), bh_count - first_bh);
+  const unsigned r = unsigned(tile) - section * section_tiles;
+  const unsigned bh = first_bh + r % heads_here;
+  TileCoord c;
+  c.m_block = p.num_m_blocks - 1 - int(r / heads_here);
+  c.batch = int(bh / unsigned(a.heads_q));
+  c.head = int(bh % unsigned(a.heads_q));
+  c.kv_head = int(unsigned(c.head) / unsigned(a.heads_q / a.heads_kv));
+  return c;
+}
+
+// Everything about tile `tile` (num_tiles or more: w.end). Computed once per tile by whoever hands tiles
+// out: the scheduler thread, or every thread under the static schedule.
 template <typename Cfg>
 __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
   const AttnParams& a = p.attn;
-  const int bh_count = a.batch * a.heads_q;
   TileWork w;
-  // Section s holds pairs [s * section_heads, + heads_here) (the last one may hold fewer), all their Q tiles.
-  const int section_tiles = p.section_heads * p.num_m_blocks;
-  const int section = tile / section_tiles;
-  const int first_bh = section * p.section_heads;
-  const int heads_here = min(p.section_heads, bh_count - first_bh);
-  const int r = tile - section * section_tiles;
-  const int m_block = p.num_m_blocks - 1 - r / heads_here;
-  const int bh = first_bh + r % heads_here;
-  w.batch = bh / a.heads_q;
-  w.head = bh % a.heads_q;
-  w.kv_head = w.head / (a.heads_q / a.heads_kv);
-  w.row_begin = m_block * Cfg::kBlockM;
+  w.end = tile >= p.num_tiles;
+  if (w.end) {
+    w.valid = false;
+    w.n_first = w.n_last = 0;
+    return w;
+  }
+  const TileCoord c = tile_coord(p, tile);
+  w.batch = c.batch;
+  w.head = c.head;
+  w.kv_head = c.kv_head;
+  w.row_begin = c.m_block * Cfg::kBlockM;
   w.len_q = a.len_q(w.batch);
-  w.len_k = a.len_k(w.batch);
   w.valid = w.row_begin < w.len_q;
   const bool varlen = a.cu_q != nullptr;
   w.q_row = a.q_offset(w.batch) + w.row_begin;
@@ -101,15 +113,24 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
 
 // ---- loads (issued by one thread) ---------------------------------------------------------------------
 
+// Q of the CTA's t-th tile. Every tile takes one phase of the Q barriers, so the phase of tile t is t & 1.
 template <typename Cfg, typename T>
-__device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p, const TileWork& w, int q_iter) {
+__device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p, const TileWork& w, int t) {
   // Hazard: every consumer warpgroup's last Q K^T of the previous tile must have completed.
-  sm90::mbar_wait(&sm.q_empty, (q_iter & 1) ^ 1);
+  sm90::mbar_wait(&sm.q_empty, (t & 1) ^ 1);
   sm90::mbar_arrive_expect_tx(&sm.q_full, Cfg::kQBytes);
 #pragma unroll
   for (int c = 0; c < Cfg::kColBlocks; ++c)
     sm90::tma_load_4d(sm.q + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full, c * sm90::kSwizzleElems,
                       w.q_row, w.head, w.batch_coord);
+}
+
+// A tile without keys (or rows) loads no Q but still takes its Q phase, so that the phase stays t & 1
+// (and the consumers need no count of their own): arrive on q_full with no transaction bytes.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void skip_q(Fa3Shared<Cfg, T>& sm, int t) {
+  sm90::mbar_wait(&sm.q_empty, (t & 1) ^ 1);
+  sm90::mbar_arrive(&sm.q_full);
 }
 
 // Loads K (kV = false) or V of block n into the stage of ring position `iter`.
@@ -135,8 +156,7 @@ __device__ __forceinline__ void load_kv(Fa3Shared<Cfg, T>& sm, const Fa3Params& 
 // The tile after `tile`: the static schedule's next one, or the work queue's. Every CTA draws a ticket
 // once per tile it handles, the grid's first tiles included, so the draws number num_tiles in all and
 // ticket num_tiles - 1 is the last one: whoever draws it puts the counter back to zero for the next
-// kernel on the stream. Drawn after the tile's last load; the atomic's round trip hides behind the
-// producer's wait for a free stage, which comes only after the consumers' next block.
+// kernel on the stream.
 __device__ __forceinline__ int claim_tile(const Fa3Params& p, int tile) {
   if (p.tile_counter == nullptr) return tile + int(gridDim.x);
   const int ticket = atomicAdd(p.tile_counter, 1);
@@ -144,37 +164,53 @@ __device__ __forceinline__ int claim_tile(const Fa3Params& p, int tile) {
   return int(gridDim.x) + ticket;
 }
 
-// The producer hands the CTA's t-th tile index to the consumers.
+// The scheduler thread (warp 1 of the producer warpgroup) publishes the CTA's tiles in order through the
+// one-slot queue. It claims tile t + 1 as soon as every reader has taken tile t, so a CTA holds one tile
+// in reserve while it starts the current one: the loads of t + 1 can follow those of t without a wait,
+// and the atomic's round trip and the tile's arithmetic stay off the load thread's path.
 template <typename Cfg, typename T>
-__device__ __forceinline__ void publish_tile(Fa3Shared<Cfg, T>& sm, int t, int tile) {
-  const int slot = t % kTileSlots;
-  // Hazard: every consumer warp must have read the slot's previous index (tile t - kTileSlots).
-  sm90::mbar_wait(&sm.tile_empty[slot], ((t / kTileSlots) & 1) ^ 1);
-  sm.tile_slot[slot] = tile;
-  sm90::mbar_arrive(&sm.tile_full[slot]);  // release: the index is visible to whoever sees the phase flip
+__device__ void scheduler_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
+  int tile = blockIdx.x;
+  for (int t = 0;; ++t) {
+    // Hazard: every reader (each consumer warp, the load thread) must have taken tile t - 1 from the slot.
+    sm90::mbar_wait(&sm.tile_empty, (t & 1) ^ 1);
+    if (t > 0) tile = claim_tile(p, tile);
+    const TileWork w = make_tile<Cfg>(p, tile);
+    sm.tile_slot = w;
+    sm90::mbar_arrive(&sm.tile_full);  // release: the slot is visible to whoever sees the phase complete
+    if (w.end) return;
+  }
+}
+
+// The CTA's t-th tile from the queue (w.end: none left). The caller releases the slot. (The wait's
+// memory clobber keeps the read after it.)
+template <typename Cfg, typename T>
+__device__ __forceinline__ TileWork read_tile(Fa3Shared<Cfg, T>& sm, int t) {
+  sm90::mbar_wait(&sm.tile_full, t & 1);
+  return sm.tile_slot;
 }
 
 // The producer warpgroup's loop (one thread). K of a tile's first block goes out before its Q, so the
 // next tile's first keys stream in while the consumers are still in the previous tile's epilogue.
 template <typename Cfg, typename T>
 __device__ void producer_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
-  int q_iter = 0, kv_iter = 0;
-  int tile = blockIdx.x;
+  int kv_iter = 0;
   for (int t = 0;; ++t) {
-    publish_tile(sm, t, tile);
-    if (tile >= p.num_tiles) break;
-    const TileWork w = make_tile<Cfg>(p, tile);
-    if (w.valid && w.blocks() > 0) {
-      load_kv<false>(sm, p, w, w.n_last - 1, kv_iter);
-      load_q(sm, p, w, q_iter++);
-      load_kv<true>(sm, p, w, w.n_last - 1, kv_iter);
-      ++kv_iter;
-      for (int n = w.n_last - 2; n >= w.n_first; --n, ++kv_iter) {
-        load_kv<false>(sm, p, w, n, kv_iter);
-        load_kv<true>(sm, p, w, n, kv_iter);
-      }
+    const TileWork w = read_tile(sm, t);
+    sm90::mbar_arrive(&sm.tile_empty);
+    if (w.end) return;
+    if (!w.valid || w.blocks() == 0) {
+      skip_q(sm, t);
+      continue;
     }
-    tile = claim_tile(p, tile);
+    load_kv<false>(sm, p, w, w.n_last - 1, kv_iter);
+    load_q(sm, p, w, t);
+    load_kv<true>(sm, p, w, w.n_last - 1, kv_iter);
+    ++kv_iter;
+    for (int n = w.n_last - 2; n >= w.n_first; --n, ++kv_iter) {
+      load_kv<false>(sm, p, w, n, kv_iter);
+      load_kv<true>(sm, p, w, n, kv_iter);
+    }
   }
 }
 
@@ -323,33 +359,32 @@ struct Consumer {
   const Fa3Params& p;
   int wg;   // consumer index, 0 .. kConsumerWarpgroups - 1
   int tid;  // thread in the warpgroup
-  int q_iter = 0, kv_iter = 0;
-  bool is_loader;  // without warp specialization: the thread that issues the loads
+  int kv_iter = 0;
 
   __device__ int lane() const { return tid % 32; }
+  // Without warp specialization: the thread that issues the loads (re-derived, not held in a register).
+  __device__ bool is_loader() const { return !Cfg::kWarpSpecialized && wg == 0 && tid == 0; }
   __device__ int quad() const { return tid % 4; }
   __device__ int local_row0() const { return wg * Cfg::kRowsPerWarpgroup + (tid / 32) * 16 + lane() / 4; }
 
   // Without a producer warpgroup: the load for ring position `iter` (block index `idx` of the tile) is
   // issued once the buffer it overwrites is released, by the loader thread in line with its own work.
   __device__ void refill_k(const TileWork& w, int idx, int iter) {
-    if (!Cfg::kWarpSpecialized && is_loader && idx < w.blocks()) load_kv<false>(sm, p, w, w.n_last - 1 - idx, iter);
+    if (is_loader() && idx < w.blocks()) load_kv<false>(sm, p, w, w.n_last - 1 - idx, iter);
   }
   __device__ void refill_v(const TileWork& w, int idx, int iter) {
-    if (!Cfg::kWarpSpecialized && is_loader && idx < w.blocks()) load_kv<true>(sm, p, w, w.n_last - 1 - idx, iter);
+    if (is_loader() && idx < w.blocks()) load_kv<true>(sm, p, w, w.n_last - 1 - idx, iter);
   }
 
-  // The CTA's t-th tile: from the producer's queue, or the static schedule without a producer.
-  __device__ int take_tile(int t) {
+  // The CTA's t-th tile: from the scheduler's queue, or the static schedule without a producer warpgroup.
+  __device__ TileWork take_tile(int t) {
     if constexpr (!Cfg::kWarpSpecialized) {
-      return int(blockIdx.x) + t * int(gridDim.x);
+      return make_tile<Cfg>(p, int(blockIdx.x) + t * int(gridDim.x));
     } else {
-      const int slot = t % kTileSlots;
-      sm90::mbar_wait(&sm.tile_full[slot], (t / kTileSlots) & 1);
-      const int tile = *static_cast<volatile int*>(&sm.tile_slot[slot]);
+      const TileWork w = read_tile(sm, t);
       __syncwarp();  // every lane of the warp has its copy before the slot is released
-      if (lane() == 0) sm90::mbar_arrive(&sm.tile_empty[slot]);
-      return tile;
+      if (lane() == 0) sm90::mbar_arrive(&sm.tile_empty);
+      return w;
     }
   }
 
@@ -551,16 +586,17 @@ struct Consumer {
     // Consumer 0 goes first: the last consumer hands it the first turn.
     if (Cfg::kPingPong && wg == Cfg::kConsumerWarpgroups - 1) sm90::named_arrive(kTurnBarrier + 0, kTurnThreads);
     for (int t = 0;; ++t) {
-      const int tile = take_tile(t);
-      if (tile >= p.num_tiles) break;
-      const TileWork w = make_tile<Cfg>(p, tile);
-      if (!w.valid) continue;
-      if (w.blocks() == 0) {
-        write_empty_rows(w);
+      const TileWork w = take_tile(t);
+      if (w.end) break;
+      if (!w.valid || w.blocks() == 0) {  // its Q phase carries no data (skip_q)
+        if (is_loader()) skip_q(sm, t);
+        sm90::mbar_wait(&sm.q_full, t & 1);
+        if (w.valid) write_empty_rows(w);
+        release_q();
         continue;
       }
-      if (!Cfg::kWarpSpecialized && is_loader) {
-        load_q(sm, p, w, q_iter);
+      if (is_loader()) {
+        load_q(sm, p, w, t);
         for (int i = 0; i < Cfg::kStages && i < w.blocks(); ++i) {
           load_kv<false>(sm, p, w, w.n_last - 1 - i, kv_iter + i);
           load_kv<true>(sm, p, w, w.n_last - 1 - i, kv_iter + i);
@@ -589,7 +625,7 @@ struct Consumer {
       vis_hi = min(vis_hi, w.n_last);
       if (vis_lo >= vis_hi) vis_lo = vis_hi = w.n_first;  // no visible block: every block is masked
 
-      sm90::mbar_wait(&sm.q_full, q_iter & 1);
+      sm90::mbar_wait(&sm.q_full, t & 1);
       const int base = kv_iter;
       first_block(st, sp, w, base);
       int idx = 1;
@@ -600,7 +636,6 @@ struct Consumer {
       release_q();  // the tile's last Q K^T has completed (waited for inside the block)
       drain(st, w, idx - 1, base + idx - 1);
       kv_iter = base + idx;
-      ++q_iter;
       epilogue(st, sp, w);
     }
     // Balance the turn barrier: the last consumer's final hand-over to consumer 0 has no matching wait yet.
@@ -631,10 +666,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_
       sm90::mbar_init(&sm.k_empty[s], Cfg::kConsumerWarpgroups);
       sm90::mbar_init(&sm.v_empty[s], Cfg::kConsumerWarpgroups);
     }
-    for (int s = 0; s < kTileSlots; ++s) {
-      sm90::mbar_init(&sm.tile_full[s], 1);
-      sm90::mbar_init(&sm.tile_empty[s], Cfg::kConsumerThreads / 32);
-    }
+    sm90::mbar_init(&sm.tile_full, 1);
+    sm90::mbar_init(&sm.tile_empty, Cfg::kConsumerThreads / 32 + 1);  // the consumer warps, the load thread
     sm90::fence_barrier_init();
   }
   __syncthreads();
@@ -643,12 +676,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_
     if (warpgroup == 0) {
       sm90::setmaxnreg_dec<Cfg::kProducerRegs>();
       if (tid == 0) producer_loop(sm, params);
+      if (tid == 32) scheduler_loop(sm, params);
       return;
     }
     sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
-    Consumer<Cfg, T>{sm, params, warpgroup - 1, tid, 0, 0, false}.run();
+    Consumer<Cfg, T>{sm, params, warpgroup - 1, tid, 0}.run();
   } else {
-    Consumer<Cfg, T>{sm, params, warpgroup, tid, 0, 0, warpgroup == 0 && tid == 0}.run();
+    Consumer<Cfg, T>{sm, params, warpgroup, tid, 0}.run();
   }
 #endif
 }
