@@ -84,7 +84,8 @@ struct Fa3Shared {
   uint64_t v_full[Cfg::kStages], v_empty[Cfg::kStages];
   // The tile queue (warp-specialized kernels): the slot holds the CTA's current tile (end: none left).
   // full: the scheduler thread stored it (one arrival); empty: every reader has taken it (one arrival
-  // per consumer warp and one from the load thread).
+  // per consumer thread and one from the load thread; with one arrival per warp after __syncwarp,
+  // compute-sanitizer's racecheck reported the other lanes' reads against the scheduler's next write).
   uint64_t tile_full, tile_empty;
   TileWork tile_slot;
 };

@@ -172,7 +172,7 @@ template <typename Cfg, typename T>
 __device__ void scheduler_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
   int tile = blockIdx.x;
   for (int t = 0;; ++t) {
-    // Hazard: every reader (each consumer warp, the load thread) must have taken tile t - 1 from the slot.
+    // Hazard: every reader (each consumer thread, the load thread) must have taken tile t - 1 from the slot.
     sm90::mbar_wait(&sm.tile_empty, (t & 1) ^ 1);
     if (t > 0) tile = claim_tile(p, tile);
     const TileWork w = make_tile<Cfg>(p, tile);
@@ -382,8 +382,7 @@ struct Consumer {
       return make_tile<Cfg>(p, int(blockIdx.x) + t * int(gridDim.x));
     } else {
       const TileWork w = read_tile(sm, t);
-      __syncwarp();  // every lane of the warp has its copy before the slot is released
-      if (lane() == 0) sm90::mbar_arrive(&sm.tile_empty);
+      sm90::mbar_arrive(&sm.tile_empty);  // every reading thread releases its own read (once per tile)
       return w;
     }
   }
@@ -667,7 +666,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_
       sm90::mbar_init(&sm.v_empty[s], Cfg::kConsumerWarpgroups);
     }
     sm90::mbar_init(&sm.tile_full, 1);
-    sm90::mbar_init(&sm.tile_empty, Cfg::kConsumerThreads / 32 + 1);  // the consumer warps, the load thread
+    sm90::mbar_init(&sm.tile_empty, Cfg::kConsumerThreads + 1);  // every consumer thread, the load thread
     sm90::fence_barrier_init();
   }
   __syncthreads();
