@@ -1,12 +1,13 @@
 // FlashAttention-3 forward on Hopper (sm90a).
 //
 // Roles. Warpgroup 0 is the producer: after lowering its register budget (setmaxnreg) one thread issues
-// every TMA load. The other two (or three) warpgroups are consumers: each owns 64 rows of the CTA's Q
+// every TMA load and another hands out the tiles (below). The other two (or three) warpgroups are consumers: each owns 64 rows of the CTA's Q
 // tile, raises its register budget and runs S = Q K^T (wgmma, both operands in shared memory), the
 // online softmax and O += P V (wgmma, P from registers, V from shared memory), fp32 accumulators.
 //
 // Pipeline. Q has one buffer (q_full / q_empty), released as soon as the tile's last Q K^T has completed,
-// so the next tile's Q loads under the last P V and the epilogue; K and V rotate through kStages buffers
+// so the next tile's Q loads under the last P V and the epilogue; the CTA's t-th tile takes Q phase t,
+// even a tile without keys (skip_q). K and V rotate through kStages buffers
 // each with their own full/empty mbarriers, so Q K^T of a block can start before its V has landed. Block
 // counters run on across tiles: the stage of the i-th block a CTA ever handles is i % kStages and its
 // phase (i / kStages) & 1. Consumers wait `full` with that parity; the producer waits `empty` with the
