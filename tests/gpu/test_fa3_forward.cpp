@@ -44,6 +44,17 @@ Case fa3_case(std::string name, DType dtype, int64_t d, int64_t sq, int64_t sk) 
   return fat::forward_case(fat::fa3_algo(), std::move(name), dtype, d, sq, sk);
 }
 
+constexpr int kPoisonByte = 0xFF;  // all-ones is NaN in bf16 and fp32
+
+// One forward call on outputs poisoned first (an element the call skips stays NaN), synchronized.
+void poisoned_forward(DeviceCase& d, const HostCase& h, RunInfo* info) {
+  ASSERT_EQ(cudaMemset(d.out.view().data, kPoisonByte, h.out.storage.size()), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d.lse.view().data, kPoisonByte, h.lse.storage.size()), cudaSuccess);
+  const Status s = flashattn::forward(d.forward_args(), info);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 // Every feature once on shapes small enough for compute-sanitizer (scripts/gpu_check.sh runs this test
 // under memcheck and racecheck).
 TEST(Fa3Forward, SmallShapes) {
@@ -88,7 +99,6 @@ TEST(Fa3Forward, HundredRunsBitwiseEqual) {
   FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
   constexpr int kRuns = 100;
   constexpr int kSampleRows = 8;
-  constexpr int kPoisonByte = 0xFF;  // all-ones is NaN in bf16 and fp32
   for (bool causal : {false, true}) {
     Case c = fa3_case("race", DType::kBFloat16, 128, 2048, 2048);
     c.batch = 2;
@@ -101,12 +111,8 @@ TEST(Fa3Forward, HundredRunsBitwiseEqual) {
     DeviceCase d(h);
     std::vector<uint8_t> first_out, first_lse;
     for (int run = 0; run < kRuns; ++run) {
-      ASSERT_EQ(cudaMemset(d.out.view().data, kPoisonByte, h.out.storage.size()), cudaSuccess);
-      ASSERT_EQ(cudaMemset(d.lse.view().data, kPoisonByte, h.lse.storage.size()), cudaSuccess);
       RunInfo info;
-      const Status s = flashattn::forward(d.forward_args(), &info);
-      ASSERT_TRUE(s.ok()) << s.to_string();
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_NO_FATAL_FAILURE(poisoned_forward(d, h, &info));
       d.download_forward(&h);
       if (run == 0) {
         fat::expect_kernel(info, kFa3Prefix);
@@ -158,7 +164,6 @@ TEST(Fa3Schedule, SectionsHoldTheKvThatFitsAndAtLeastTwoWaves) {
 TEST(Fa3Forward, SectionsAndWorkQueue) {
   FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
   constexpr int kSampleRows = 8;
-  constexpr int kPoisonByte = 0xFF;
   Case c = fa3_case("sections", DType::kBFloat16, 64, 16384, 16384);
   c.heads_q = 20;
   c.heads_kv = 10;
@@ -183,12 +188,8 @@ TEST(Fa3Forward, SectionsAndWorkQueue) {
   ASSERT_TRUE(flashattn::cuda::stream_counters(device, nullptr, 1, &counter).ok());
   std::vector<uint8_t> first_out;
   for (int run = 0; run < 2; ++run) {
-    ASSERT_EQ(cudaMemset(d.out.view().data, kPoisonByte, h.out.storage.size()), cudaSuccess);
-    ASSERT_EQ(cudaMemset(d.lse.view().data, kPoisonByte, h.lse.storage.size()), cudaSuccess);
     RunInfo info;
-    const Status s = flashattn::forward(d.forward_args(), &info);
-    ASSERT_TRUE(s.ok()) << s.to_string();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(poisoned_forward(d, h, &info));
     int left = -1;
     ASSERT_EQ(cudaMemcpy(&left, counter, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(left, 0) << "the work queue's counter after call " << run;
