@@ -1,9 +1,9 @@
 // What only the Hopper fa3 forward has, beyond the suite it shares with fa2 (test_forward_gpu.cpp):
 // small shapes for the sanitizers, bitwise-equal results over many runs of a multi-tile grid (a race
 // in the warp-specialized pipeline shows up as a run that differs), the tile order's L2 sections and the
-// work queue (several sections, the counter back at zero after every call), the choice `auto` makes on a
-// compute capability 9.0 device, and every ablation variant (forward_fa3_ablation) against the
-// float64 reference. Every GPU test skips with a message on a device that is not compute capability 9.0;
+// work queue (several sections, the counter back at zero after every call, a call recorded into a CUDA
+// graph), the choice `auto` makes on a compute capability 9.0 device, and every ablation variant
+// (forward_fa3_ablation) against the float64 reference. Every GPU test skips with a message on a device that is not compute capability 9.0;
 // the section rule (Fa3Schedule) is host code and runs everywhere.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -202,6 +202,58 @@ TEST(Fa3Forward, SectionsAndWorkQueue) {
       EXPECT_EQ(h.out.storage, first_out) << "out differs between the two calls";
     }
   }
+}
+
+// A forward recorded into a CUDA graph: on a stream being captured the work queue takes a zeroed counter
+// of the call's own (fa3_launch.cuh) instead of the stream's. Recording must not run the kernel, and three
+// replays must give the bytes a direct call on the same stream gave (itself checked on sampled rows).
+TEST(Fa3Forward, RecordedInACudaGraphAndReplayed) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  constexpr int kSampleRows = 8;
+  Case c = fa3_case("graph", DType::kBFloat16, 128, 1024, 1024);
+  c.batch = 2;
+  c.heads_q = 16;
+  c.heads_kv = 4;
+  c.causal = true;
+  const uint64_t seed = fat::next_forward_seed();
+  SCOPED_TRACE(c.name() + " seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  HostCase h(c, rng);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  {
+    DeviceCase d(h);
+    flashattn::AttentionArgs args = d.forward_args();
+    args.stream = stream;
+    RunInfo info;
+    ASSERT_EQ(cudaMemset(d.out.view().data, kPoisonByte, h.out.storage.size()), cudaSuccess);
+    ASSERT_TRUE(flashattn::forward(args, &info).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    d.download_forward(&h);
+    fat::expect_kernel(info, kFa3Prefix);
+    ASSERT_NO_FATAL_FAILURE(fat::expect_sampled_rows_match(h, kSampleRows, rng, info.kernel));
+    const std::vector<uint8_t> direct = h.out.storage;
+
+    ASSERT_EQ(cudaMemset(d.out.view().data, kPoisonByte, h.out.storage.size()), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    const Status s = flashattn::forward(args, &info);
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    d.download_forward(&h);
+    EXPECT_EQ(harness::count_nan(h.out), h.out.numel()) << "recording the call must not run it";
+    for (int replay = 0; replay < 3; ++replay) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    d.download_forward(&h);
+    EXPECT_EQ(h.out.storage, direct) << "the replays differ from the direct call";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
 }
 
 // `auto` tries fa3 first on a compute capability 9.0 device and falls to fa2 for what fa3 refuses.
