@@ -104,7 +104,8 @@ struct Fa3Params {
   int num_tiles;      // num_m_blocks * batch * heads_q
   int section_heads;  // (batch, query head) pairs per L2 section of the tile order (make_tile), >= 1
   // Work queue of warp-specialized kernels: one int that is zero when the kernel starts and that the
-  // kernel puts back to zero (claim_tile). nullptr: the static schedule, tile blockIdx.x + k * gridDim.x.
+  // kernel puts back to zero (claim_tile). Unused (nullptr) without warp specialization, whose consumers
+  // take the static schedule, tile blockIdx.x + k * gridDim.x.
   int* tile_counter;
 };
 

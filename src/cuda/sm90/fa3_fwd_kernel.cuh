@@ -55,31 +55,9 @@ constexpr int kTurnBarrier = 1;
 // Threads that meet at a turn barrier: the warpgroup taking its turn and the one handing it over.
 constexpr int kTurnThreads = 2 * kWarpgroupThreads;
 
-// Where tile `tile` (< num_tiles) of the order lies. Section s holds pairs [s * section_heads,
-// + heads_here) (the last one may hold fewer) with all their Q tiles.
-struct TileCoord {
-  int m_block, batch, head, kv_head;
-};
-
-__device__ __forceinline__ TileCoord tile_coord(const Fa3Params& p, int tile) {
-  const AttnParams& a = p.attn;
-  const unsigned bh_count = unsigned(a.batch * a.heads_q);
-  const unsigned section_tiles = unsigned(p.section_heads * p.num_m_blocks);
-  const unsigned section = unsigned(tile) / section_tiles;
-  const unsigned first_bh = section * unsigned(p.section_heads);
-  const unsigned heads_here = min(unsigned(p.section_heads), bh_count - first_bh);
-  const unsigned r = unsigned(tile) - section * section_tiles;
-  const unsigned bh = first_bh + r % heads_here;
-  TileCoord c;
-  c.m_block = p.num_m_blocks - 1 - int(r / heads_here);
-  c.batch = int(bh / unsigned(a.heads_q));
-  c.head = int(bh % unsigned(a.heads_q));
-  c.kv_head = int(unsigned(c.head) / unsigned(a.heads_q / a.heads_kv));
-  return c;
-}
-
 // Everything about tile `tile` (num_tiles or more: w.end). Computed once per tile by whoever hands tiles
-// out: the scheduler thread, or every thread under the static schedule.
+// out: the scheduler thread, or every thread under the static schedule. Section s of the order holds
+// pairs [s * section_heads, + heads_here) (the last one may hold fewer) with all their Q tiles.
 template <typename Cfg>
 __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
   const AttnParams& a = p.attn;
@@ -90,11 +68,18 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
     w.n_first = w.n_last = 0;
     return w;
   }
-  const TileCoord c = tile_coord(p, tile);
-  w.batch = c.batch;
-  w.head = c.head;
-  w.kv_head = c.kv_head;
-  w.row_begin = c.m_block * Cfg::kBlockM;
+  const unsigned bh_count = unsigned(a.batch * a.heads_q);
+  const unsigned section_tiles = unsigned(p.section_heads * p.num_m_blocks);
+  const unsigned section = unsigned(tile) / section_tiles;
+  const unsigned first_bh = section * unsigned(p.section_heads);
+  const unsigned heads_here = min(unsigned(p.section_heads), bh_count - first_bh);
+  const unsigned r = unsigned(tile) - section * section_tiles;
+  const unsigned bh = first_bh + r % heads_here;
+  const int m_block = p.num_m_blocks - 1 - int(r / heads_here);
+  w.batch = int(bh / unsigned(a.heads_q));
+  w.head = int(bh % unsigned(a.heads_q));
+  w.kv_head = int(unsigned(w.head) / unsigned(a.heads_q / a.heads_kv));
+  w.row_begin = m_block * Cfg::kBlockM;
   w.len_q = a.len_q(w.batch);
   w.valid = w.row_begin < w.len_q;
   const bool varlen = a.cu_q != nullptr;
@@ -154,12 +139,10 @@ __device__ __forceinline__ void load_kv(Fa3Shared<Cfg, T>& sm, const Fa3Params& 
 
 // ---- tile queue -------------------------------------------------------------------------------------------
 
-// The tile after `tile`: the static schedule's next one, or the work queue's. Every CTA draws a ticket
-// once per tile it handles, the grid's first tiles included, so the draws number num_tiles in all and
-// ticket num_tiles - 1 is the last one: whoever draws it puts the counter back to zero for the next
-// kernel on the stream.
-__device__ __forceinline__ int claim_tile(const Fa3Params& p, int tile) {
-  if (p.tile_counter == nullptr) return tile + int(gridDim.x);
+// The CTA's next tile from the work queue. Every CTA draws a ticket once per tile it handles, the grid's
+// first tiles included, so the draws number num_tiles in all and ticket num_tiles - 1 is the last one:
+// whoever draws it puts the counter back to zero for the next kernel on the stream.
+__device__ __forceinline__ int claim_tile(const Fa3Params& p) {
   const int ticket = atomicAdd(p.tile_counter, 1);
   if (ticket == p.num_tiles - 1) atomicExch(p.tile_counter, 0);
   return int(gridDim.x) + ticket;
@@ -175,7 +158,7 @@ __device__ void scheduler_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
   for (int t = 0;; ++t) {
     // Hazard: every reader (each consumer thread, the load thread) must have taken tile t - 1 from the slot.
     sm90::mbar_wait(&sm.tile_empty, (t & 1) ^ 1);
-    if (t > 0) tile = claim_tile(p, tile);
+    if (t > 0) tile = claim_tile(p);
     const TileWork w = make_tile<Cfg>(p, tile);
     sm.tile_slot = w;
     sm90::mbar_arrive(&sm.tile_full);  // release: the slot is visible to whoever sees the phase complete
