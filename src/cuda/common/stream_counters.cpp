@@ -53,4 +53,14 @@ Status stream_counters(int device, cudaStream_t stream, int64_t count, int** cou
   return Status::Ok();
 }
 
+Status launch_counters(int device, cudaStream_t stream, int64_t count, StreamBuffer* own, int** counters) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  if (capture == cudaStreamCaptureStatusNone) return stream_counters(device, stream, count, counters);
+  Status s = own->allocate_zeroed(size_t(count) * sizeof(int));
+  if (!s.ok()) return s;
+  *counters = reinterpret_cast<int*>(own->at(0));
+  return Status::Ok();
+}
+
 }  // namespace flashattn::cuda

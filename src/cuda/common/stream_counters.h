@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/stream_buffer.h"
 #include "flashattn/types.h"
 
 namespace flashattn::cuda {
@@ -17,7 +18,12 @@ namespace flashattn::cuda {
 // At least `count` zero-at-rest counters for kernels on `stream` of the current device `device`. Growing
 // the stream's array allocates and zeroes a larger one on the stream and frees the old one stream-ordered,
 // after the kernels already queued there. Not for streams being captured into a graph (the array would
-// belong to the graph): the caller then takes zeroed workspace instead.
+// belong to the graph): launch_counters below handles that case.
 Status stream_counters(int device, cudaStream_t stream, int64_t count, int** counters);
+
+// `count` zeroed counters for one launch on `stream`: the stream's array above, or, on a stream being
+// captured into a graph (where that array would be allocated inside the graph), `own`, allocated and
+// zeroed on the stream for this launch. The kernel leaves them at zero either way.
+Status launch_counters(int device, cudaStream_t stream, int64_t count, StreamBuffer* own, int** counters);
 
 }  // namespace flashattn::cuda

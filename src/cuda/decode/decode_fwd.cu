@@ -190,28 +190,17 @@ Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
   DecodeParams params = make_params(p, splits);
 
   // Workspace and tickets before the append: a failed allocation must leave the caches untouched.
-  StreamBuffer workspace(ctx.stream);
+  StreamBuffer workspace(ctx.stream), own_tickets(ctx.stream);
   if (splits > 1 && p.seqlen_q > 0) {
     const size_t partial_rows = size_t(tiles * splits * decode::kRowsPerTile);
     const size_t o_bytes = partial_rows * size_t(k.head_dim) * sizeof(float);
     const size_t lse_bytes = partial_rows * sizeof(float);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    FA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx.stream, &capture));
-    // A stream being captured gets its tickets from the call's own (zeroed) workspace: the per-stream array
-    // would be allocated inside the graph.
-    const bool own_tickets = capture != cudaStreamCaptureStatusNone;
-    const size_t ticket_bytes = own_tickets ? size_t(tiles) * sizeof(int) : 0;
-    s = workspace.allocate(o_bytes + lse_bytes + ticket_bytes);
+    s = workspace.allocate(o_bytes + lse_bytes);
     if (!s.ok()) return s;
     params.partial_o = workspace.floats();
     params.partial_lse = workspace.floats(partial_rows * size_t(k.head_dim));
-    if (own_tickets) {
-      params.tickets = reinterpret_cast<int*>(workspace.at(o_bytes + lse_bytes));
-      FA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(params.tickets, 0, ticket_bytes, ctx.stream));
-    } else {
-      s = stream_counters(ctx.device, ctx.stream, tiles, &params.tickets);
-      if (!s.ok()) return s;
-    }
+    s = launch_counters(ctx.device, ctx.stream, tiles, &own_tickets, &params.tickets);
+    if (!s.ok()) return s;
   }
 
   if (p.has_new() && p.seqlen_new > 0) {
@@ -221,10 +210,12 @@ Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
     decode::append_new_tokens_kernel<<<unsigned(blocks), kAppendThreads, 0, ctx.stream>>>(a);
     FA_CUDA_RETURN_IF_LAUNCH_ERROR("append_new_tokens_kernel");
   }
-  if (p.seqlen_q == 0) return workspace.release();
-
-  const dim3 grid(unsigned(splits), unsigned(p.heads_kv * row_tiles(p)), unsigned(p.batch));
-  s = k.launch(p.dtype, params, grid, ctx.stream);
+  if (p.seqlen_q > 0) {
+    const dim3 grid(unsigned(splits), unsigned(p.heads_kv * row_tiles(p)), unsigned(p.batch));
+    s = k.launch(p.dtype, params, grid, ctx.stream);
+    if (!s.ok()) return s;
+  }
+  s = own_tickets.release();
   if (!s.ok()) return s;
   return workspace.release();
 }

@@ -54,20 +54,11 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   const int grid = params.num_tiles < ctx.sm_count ? params.num_tiles : ctx.sm_count;
   params.section_heads = l2_section_heads(prob.batch, prob.heads_q, prob.heads_kv, prob.seqlen_k, prob.head_dim,
                                           int(sizeof(T)), params.num_m_blocks, grid);
-  // The work queue's counter (warp-specialized kernels; the others keep the static schedule): the stream's
-  // zero-at-rest counter, or, on a stream being captured into a graph, a zeroed one of the call's own.
+  // The work queue's counter (warp-specialized kernels; the others keep the static schedule).
   StreamBuffer own_counter(ctx.stream);
   if constexpr (Cfg::kWarpSpecialized) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    FA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(ctx.stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) {
-      s = own_counter.allocate_zeroed(sizeof(int));
-      if (!s.ok()) return s;
-      params.tile_counter = reinterpret_cast<int*>(own_counter.at(0));
-    } else {
-      s = stream_counters(ctx.device, ctx.stream, 1, &params.tile_counter);
-      if (!s.ok()) return s;
-    }
+    s = launch_counters(ctx.device, ctx.stream, 1, &own_counter, &params.tile_counter);
+    if (!s.ok()) return s;
   }
   kernel<<<grid, Cfg::kThreads, kSmem, ctx.stream>>>(params);
   FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa3_fwd_kernel");
