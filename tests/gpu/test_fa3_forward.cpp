@@ -46,13 +46,18 @@ Case fa3_case(std::string name, DType dtype, int64_t d, int64_t sq, int64_t sk) 
 
 constexpr int kPoisonByte = 0xFF;  // all-ones is NaN in bf16 and fp32
 
-// One forward call on outputs poisoned first (an element the call skips stays NaN), synchronized.
-void poisoned_forward(DeviceCase& d, const HostCase& h, RunInfo* info) {
+// One forward call (d's arguments, or `args` on them) on outputs poisoned first (an element the call skips
+// stays NaN), synchronized.
+void poisoned_forward(DeviceCase& d, const HostCase& h, const flashattn::AttentionArgs& args, RunInfo* info) {
   ASSERT_EQ(cudaMemset(d.out.view().data, kPoisonByte, h.out.storage.size()), cudaSuccess);
   ASSERT_EQ(cudaMemset(d.lse.view().data, kPoisonByte, h.lse.storage.size()), cudaSuccess);
-  const Status s = flashattn::forward(d.forward_args(), info);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // args.stream may not be ordered after the memsets
+  const Status s = flashattn::forward(args, info);
   ASSERT_TRUE(s.ok()) << s.to_string();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+void poisoned_forward(DeviceCase& d, const HostCase& h, RunInfo* info) {
+  poisoned_forward(d, h, d.forward_args(), info);
 }
 
 // Every feature once on shapes small enough for compute-sanitizer (scripts/gpu_check.sh runs this test
@@ -205,7 +210,7 @@ TEST(Fa3Forward, SectionsAndWorkQueue) {
 }
 
 // A forward recorded into a CUDA graph: on a stream being captured the work queue takes a zeroed counter
-// of the call's own (fa3_launch.cuh) instead of the stream's. Recording must not run the kernel, and three
+// of the call's own (launch_counters) instead of the stream's. Recording must not run the kernel, and three
 // replays must give the bytes a direct call on the same stream gave (itself checked on sampled rows).
 TEST(Fa3Forward, RecordedInACudaGraphAndReplayed) {
   FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
@@ -226,9 +231,7 @@ TEST(Fa3Forward, RecordedInACudaGraphAndReplayed) {
     flashattn::AttentionArgs args = d.forward_args();
     args.stream = stream;
     RunInfo info;
-    ASSERT_EQ(cudaMemset(d.out.view().data, kPoisonByte, h.out.storage.size()), cudaSuccess);
-    ASSERT_TRUE(flashattn::forward(args, &info).ok());
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(poisoned_forward(d, h, args, &info));
     d.download_forward(&h);
     fat::expect_kernel(info, kFa3Prefix);
     ASSERT_NO_FATAL_FAILURE(fat::expect_sampled_rows_match(h, kSampleRows, rng, info.kernel));
