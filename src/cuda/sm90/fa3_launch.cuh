@@ -52,8 +52,8 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   // Persistent: one CTA per SM (the register split needs the whole register file), never more CTAs than tiles.
   const int grid = params.num_tiles < ctx.sm_count ? params.num_tiles : ctx.sm_count;
-  params.section_heads = l2_section_heads(prob.batch, prob.heads_q, prob.heads_kv, prob.seqlen_k, prob.head_dim,
-                                          int(sizeof(T)), params.num_m_blocks, grid);
+  params.section_heads =
+      l2_section_heads(prob.batch, prob.heads_q, prob.heads_kv, prob.seqlen_k, prob.head_dim, int(sizeof(T)));
   // The work queue's counter (warp-specialized kernels; the others keep the static schedule).
   StreamBuffer own_counter(ctx.stream);
   if constexpr (Cfg::kWarpSpecialized) {
