@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# A/B of fa3 forward builds in one GPU session: several source trees built side by side, the fa3 sweep of
+# `flashattn bench --gpu` run for each in alternating order (first pass in the given order, second pass
+# reversed, so a slow drift of the clock favours none), PyTorch SDPA's cuDNN backend once on the same
+# shapes, and one JSON that lists every shape with each tree's TFLOP/s (mean of the passes, and each pass).
+#
+# Usage: bash scripts/fa3_ab.sh OUT NAME=TREE [NAME=TREE ...]
+#   TREE: a source tree of flashattn (a checkout, or `git archive COMMIT | tar -x -C TREE`).
+# Writes OUT/ab.json (the table), OUT/raw.tar.gz (every bench and peer JSON), OUT/ab.log (what every step
+# printed) and, with FA3_AB_NCU=PROFILE (a
+# profile name of scripts/ncu_profile.sh, e.g. fa3_d128_n512), OUT/ncu-NAME.tar.gz per tree (or per tree
+# named in FA3_AB_NCU_TREES).
+# Environment: FA3_AB_PASSES (default 2), FA3_AB_TESTS=NAME (also build that tree's GPU tests and run the
+# fa3 ones: FA3_AB_TEST_FILTER, default Fa3*:*GpuForward*fa3*), JOBS (default nproc).
+set -uo pipefail
+
+[ $# -ge 2 ] || { echo "usage: $0 OUT NAME=TREE [NAME=TREE ...]" >&2; exit 2; }
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=$1
+shift
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+LOG=$OUT/ab.log
+: >"$LOG"
+export PATH=$PATH:/usr/local/cuda/bin
+JOBS=${JOBS:-$(nproc)}
+PASSES=${FA3_AB_PASSES:-2}
+TEST_FILTER=${FA3_AB_TEST_FILTER:-Fa3*:*GpuForward*fa3*}
+say() { echo "fa3_ab: $*" | tee -a "$LOG"; }
+
+names=() trees=()
+for arg in "$@"; do
+  name=${arg%%=*} tree=${arg#*=}
+  [ -f "$tree/CMakeLists.txt" ] || { echo "fa3_ab: $tree is no flashattn source tree" >&2; exit 2; }
+  names+=("$name")
+  trees+=("$(cd "$tree" && pwd)")
+done
+
+# ---- build every tree at once, the cores shared out ----
+per=$(( JOBS / ${#names[@]} ))
+[ $per -ge 1 ] || per=1
+t0=$(date +%s)
+pids=()
+for i in "${!names[@]}"; do
+  (
+    b=${trees[$i]}/build-ab
+    targets=(flashattn_cli)
+    [ "${FA3_AB_TESTS:-}" = "${names[$i]}" ] && targets+=(flashattn_tests_gpu)
+    cmake -S "${trees[$i]}" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
+          -DFLASHATTN_CUDA_ARCHITECTURES=90a >"$OUT/build-${names[$i]}.log" 2>&1 &&
+      cmake --build "$b" -j "$per" --target "${targets[@]}" >>"$OUT/build-${names[$i]}.log" 2>&1
+  ) &
+  pids+=($!)
+done
+fail=0
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || { say "build of ${names[$i]} FAILED"; tail -n 30 "$OUT/build-${names[$i]}.log" >>"$LOG"; fail=1; }
+done
+for i in "${!names[@]}"; do
+  spills=$(grep -c "[1-9][0-9]* bytes spill stores" "$OUT/build-${names[$i]}.log")
+  say "${names[$i]}: $(grep -c 'Compiling entry function' "$OUT/build-${names[$i]}.log") kernel builds, $spills with spill stores"
+  cat "$OUT/build-${names[$i]}.log" >>"$LOG"
+  rm -f "$OUT/build-${names[$i]}.log"
+done
+say "builds took $(( $(date +%s) - t0 )) s"
+[ $fail -eq 0 ] || exit 1
+
+# ---- the sweeps, alternating order ----
+for pass in $(seq 1 "$PASSES"); do
+  order=("${!names[@]}")
+  if [ $(( pass % 2 )) -eq 0 ]; then
+    order=()
+    for (( i=${#names[@]}-1; i>=0; i-- )); do order+=("$i"); done
+  fi
+  for i in "${order[@]}"; do
+    say "pass $pass: ${names[$i]}"
+    FLASHATTN_COMMIT=${names[$i]} "${trees[$i]}/build-ab/flashattn" bench --gpu --algo fa3 \
+      --json "$OUT/${names[$i]}-$pass.json" >>"$LOG" 2>&1 || say "bench of ${names[$i]} pass $pass FAILED"
+  done
+done
+
+# ---- the peer, once ----
+first=$OUT/${names[0]}-1.json
+if python3 -c "import torch" >/dev/null 2>&1; then
+  say "cuDNN through PyTorch SDPA"
+  python3 "$ROOT/bench/peers_sdpa.py" --backends cudnn --shapes-from "$first" --json "$OUT/peers.json" >>"$LOG" 2>&1 ||
+    say "peers FAILED"
+fi
+
+# ---- the tests of one tree ----
+if [ -n "${FA3_AB_TESTS:-}" ]; then
+  for i in "${!names[@]}"; do
+    [ "${names[$i]}" = "$FA3_AB_TESTS" ] || continue
+    say "tests of ${names[$i]}: $TEST_FILTER"
+    if "${trees[$i]}/build-ab/tests/flashattn_tests_gpu" --gtest_filter="$TEST_FILTER" >"$OUT/tests.log" 2>&1; then
+      say "tests passed: $(grep -E '^\[  PASSED  \]' "$OUT/tests.log")"
+    else
+      say "tests FAILED"; grep -E 'FAILED|Failure' "$OUT/tests.log" | head -n 20 >>"$LOG"
+    fi
+    cat "$OUT/tests.log" >>"$LOG"
+    rm -f "$OUT/tests.log"
+  done
+fi
+
+# ---- profiles ----
+if [ -n "${FA3_AB_NCU:-}" ]; then
+  for i in "${!names[@]}"; do
+    case " ${FA3_AB_NCU_TREES:-${names[*]}} " in *" ${names[$i]} "*) ;; *) continue ;; esac
+    say "ncu ${FA3_AB_NCU}: ${names[$i]}"
+    d=$OUT/ncu-${names[$i]}
+    FLASHATTN_BUILD_DIR=${trees[$i]}/build-ab bash "$ROOT/scripts/ncu_profile.sh" "$d" "$FA3_AB_NCU" >>"$LOG" 2>&1 ||
+      say "ncu of ${names[$i]} FAILED"
+    tar -czf "$d.tar.gz" -C "$OUT" "ncu-${names[$i]}" && rm -rf "$d"
+  done
+fi
+
+# ---- one table ----
+python3 - "$OUT" "${names[@]}" <<'PY' | tee -a "$LOG"
+import glob, json, os, sys
+out, names = sys.argv[1], sys.argv[2:]
+def rows(path):
+    try:
+        d = json.load(open(path))
+    except (OSError, ValueError):
+        return {}, {}
+    got = {}
+    for r in d.get("rows", d.get("results", [])):
+        if r.get("algo") != "fa3" or r.get("direction") != "fwd":
+            continue
+        key = (r["d"], r["N"], bool(r["causal"]))
+        if r.get("tflops"):
+            got[key] = r["tflops"]
+    return got, d
+runs = {n: [rows(p)[0] for p in sorted(glob.glob(os.path.join(out, n + "-*.json")))] for n in names}
+meta = rows(os.path.join(out, names[0] + "-1.json"))[1]
+peers = {}
+try:
+    pd = json.load(open(os.path.join(out, "peers.json")))
+    for r in pd.get("rows", pd.get("results", [])):
+        if r.get("impl") == "cudnn" and r.get("direction") == "fwd":
+            peers[(r["d"], r["N"], bool(r["causal"]))] = r.get("tflops")
+except (OSError, ValueError):
+    pd = None
+keys = sorted(set().union(*[set(r) for rs in runs.values() for r in rs]))
+table = []
+print("%4s %6s %-6s " % ("d", "N", "causal") + " ".join("%16s" % n for n in names) + " %8s" % "cudnn")
+for k in keys:
+    row = {"d": k[0], "N": k[1], "causal": k[2]}
+    cells = []
+    for n in names:
+        vals = [r[k] for r in runs[n] if k in r]
+        row[n] = {"mean": round(sum(vals) / len(vals), 1) if vals else None, "passes": vals}
+        cells.append("%7.1f (%5.1f)" % (row[n]["mean"], max(vals) - min(vals)) if vals else "%16s" % "-")
+    row["cudnn"] = peers.get(k)
+    table.append(row)
+    print("%4d %6d %-6s " % k + " ".join(cells) + " %8s" % ("%.1f" % peers[k] if peers.get(k) else "-"))
+import math
+for n in names[1:]:
+    ratios = [r[n]["mean"] / r[names[0]]["mean"] for r in table if r[n]["mean"] and r[names[0]]["mean"]]
+    if ratios:
+        print("%s / %s: geometric mean %.3f, min %.3f, max %.3f" % (n, names[0], math.exp(sum(map(math.log, ratios)) / len(ratios)), min(ratios), max(ratios)))
+for n in names:
+    ratios = [r[n]["mean"] / r["cudnn"] for r in table if r[n]["mean"] and r["cudnn"]]
+    if ratios:
+        print("%s / cudnn: geometric mean %.3f, min %.3f, max %.3f" % (n, math.exp(sum(map(math.log, ratios)) / len(ratios)), min(ratios), max(ratios)))
+json.dump({"experiment": "fa3 A/B (scripts/fa3_ab.sh)", "trees": names, "gpu": meta.get("gpu"),
+           "date": meta.get("date"), "passes": len(runs[names[0]]), "table": table,
+           "peers": {"torch": pd.get("torch"), "cudnn": pd.get("cudnn")} if pd else None},
+          open(os.path.join(out, "ab.json"), "w"), indent=1)
+PY
+# The raw results in one archive (each tree's pass files, the peers).
+(cd "$OUT" && tar -czf raw.tar.gz -- *-[0-9]*.json $( [ -f peers.json ] && echo peers.json ) && rm -f -- *-[0-9]*.json peers.json)
+say "done"
