@@ -111,17 +111,6 @@ __device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p
                       w.q_row, w.head, w.batch_coord);
 }
 
-// Q of a tile that is still in the queue, into L2 only: issued by the scheduler thread when it claims the
-// tile, a whole tile ahead of load_q. load_q can only go out once the current tile's last Q K^T has
-// completed, and Q is never in L2 on its own (each Q tile is read once), so without this the load's
-// device-memory latency falls between the current tile's epilogue and the next tile's first Q K^T.
-template <typename Cfg>
-__device__ __forceinline__ void prefetch_q(const Fa3Params& p, const TileWork& w) {
-#pragma unroll
-  for (int c = 0; c < Cfg::kColBlocks; ++c)
-    sm90::tma_prefetch_l2_4d(&p.tm_q, c * sm90::kSwizzleElems, w.q_row, w.head, w.batch_coord);
-}
-
 // A tile without keys (or rows) loads no Q but still takes its Q phase, so that the phase stays t & 1
 // (and the consumers need no count of their own): arrive on q_full with no transaction bytes.
 template <typename Cfg, typename T>
@@ -174,8 +163,6 @@ __device__ void scheduler_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
     sm.tile_slot = w;
     sm90::mbar_arrive(&sm.tile_full);  // release: the slot is visible to whoever sees the phase complete
     if (w.end) return;
-    // Tile t is loaded at once (t = 0) or once tile t - 1's Q K^T are done: from L2 if prefetched now.
-    if (t > 0 && w.valid && w.blocks() > 0) prefetch_q<Cfg>(p, w);
   }
 }
 

@@ -111,14 +111,6 @@ __device__ __forceinline__ void tma_load_4d(void* smem_dst, const CUtensorMap* m
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
-// The same tile brought into L2 only (no shared memory, no barrier): a later tma_load_4d of it then reads
-// L2 instead of device memory.
-__device__ __forceinline__ void tma_prefetch_l2_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
-  FA_SM90_ASM("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                  reinterpret_cast<uint64_t>(map)),
-              "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-              : "memory");
-}
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   FA_SM90_ASM("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
