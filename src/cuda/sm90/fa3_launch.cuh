@@ -37,6 +37,10 @@ template <int kHeadDim, bool kMasked, bool kWs = true, bool kPing = true, bool k
 using ConfigFor =
     Fa3Config<kHeadDim, fa3_consumers(kHeadDim), fa3_block_n(kHeadDim, kMasked), 2, kWs, kPing, kOverlap>;
 
+inline bool has_masked_blocks(const detail::Problem& p) {
+  return p.causal || p.window_left >= 0 || p.window_right >= 0;
+}
+
 template <typename Cfg, typename T>
 Status launch_config(const detail::Problem& prob, const Context& ctx) {
   Fa3Params params{};
@@ -52,8 +56,8 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   // Persistent: one CTA per SM (the register split needs the whole register file), never more CTAs than tiles.
   const int grid = params.num_tiles < ctx.sm_count ? params.num_tiles : ctx.sm_count;
-  params.section_heads =
-      l2_section_heads(prob.batch, prob.heads_q, prob.heads_kv, prob.seqlen_k, prob.head_dim, int(sizeof(T)));
+  params.section_heads = l2_section_heads(prob.batch, prob.heads_q, prob.heads_kv, prob.seqlen_k, prob.head_dim,
+                                          int(sizeof(T)), params.num_m_blocks, grid, has_masked_blocks(prob));
   // The work queue's counter (warp-specialized kernels; the others keep the static schedule).
   StreamBuffer own_counter(ctx.stream);
   if constexpr (Cfg::kWarpSpecialized) {
@@ -63,10 +67,6 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   kernel<<<grid, Cfg::kThreads, kSmem, ctx.stream>>>(params);
   FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa3_fwd_kernel");
   return own_counter.release();
-}
-
-inline bool has_masked_blocks(const detail::Problem& p) {
-  return p.causal || p.window_left >= 0 || p.window_right >= 0;
 }
 
 // The full kernel for a problem, with the key-block width its mask calls for.

@@ -11,15 +11,17 @@ namespace flashattn::cuda::fa3 {
 constexpr int64_t kL2SectionBytes = int64_t(16) << 20;
 
 // Pairs per section for a problem whose K/V heads hold seqlen_k keys of head_dim elements (elem_bytes
-// each):
+// each), with num_m_blocks Q tiles per pair, on a persistent grid of `grid` CTAs:
 //  - as many KV heads as fit kL2SectionBytes (a power of two, so power-of-two head counts split into equal
 //    sections), times the query heads per KV head (the query heads of one KV head are adjacent pairs);
+//  - under a mask with unequal tiles (`unequal_tiles`: causal, a window), at least two waves of the grid's
+//    tiles (rounded up to a power of two), so that a section's work is long next to its longest tile:
+//    measured on an H200, sections of one wave or less ran the causal head-dim-256 sweep 5-8% slower at
+//    N >= 2048 (8% faster at N 512). With equal tiles the floor only made short-sequence sections hold
+//    more K/V than kL2SectionBytes (head dim 256, N 512: 128 pairs, 64 MB) and cost up to 17% there;
 //  - at most all pairs (one section: the order is Q-tile index descending, pairs innermost).
-// Always >= 1. (An earlier rule also asked for at least two waves of the grid's tiles per section, for the
-// work queue's balance under a causal mask; a simulation of the queue over the benchmark's causal sweep
-// showed the same balance without it, and at short sequences it made a section hold more K/V than
-// kL2SectionBytes, e.g. 64 MB at head dim 256, N 512.)
+// Always >= 1.
 int l2_section_heads(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_k, int64_t head_dim,
-                     int elem_bytes);
+                     int elem_bytes, int num_m_blocks, int grid, bool unequal_tiles);
 
 }  // namespace flashattn::cuda::fa3
