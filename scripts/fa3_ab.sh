@@ -10,8 +10,12 @@
 # printed) and, with FA3_AB_NCU=PROFILE (a
 # profile name of scripts/ncu_profile.sh, e.g. fa3_d128_n512), OUT/ncu-NAME.tar.gz per tree (or per tree
 # named in FA3_AB_NCU_TREES).
-# Environment: FA3_AB_PASSES (default 2), FA3_AB_TESTS=NAME (also build that tree's GPU tests and run the
-# fa3 ones: FA3_AB_TEST_FILTER, default Fa3*:*GpuForward*fa3*), JOBS (default nproc).
+# Environment: FA3_AB_PASSES (default 2), FA3_AB_PEERS=0 (no cuDNN run), FA3_AB_TESTS=NAME (also build
+# that tree's GPU tests and run the fa3 ones, FA3_AB_TEST_FILTER, default Fa3*:*GpuForward*fa3*, each test
+# in its own process under FA3_AB_TEST_TIMEOUT seconds, default 120, so that a hang names its test;
+# FA3_AB_WATCHDOG=1 builds them apart with the mbarrier watchdog, so that a hang also names its barrier),
+# JOBS (default nproc). Every step prints into OUT/ab.log as it goes (the sweeps' rows too), so a run
+# stopped part way still leaves its numbers there.
 set -uo pipefail
 
 [ $# -ge 2 ] || { echo "usage: $0 OUT NAME=TREE [NAME=TREE ...]" >&2; exit 2; }
@@ -21,6 +25,8 @@ shift
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 LOG=$OUT/ab.log
 : >"$LOG"
+RAW=$(mktemp -d)
+trap 'rm -rf "$RAW"' EXIT
 export PATH=$PATH:/usr/local/cuda/bin
 JOBS=${JOBS:-$(nproc)}
 PASSES=${FA3_AB_PASSES:-2}
@@ -44,22 +50,34 @@ for i in "${!names[@]}"; do
   (
     b=${trees[$i]}/build-ab
     targets=(flashattn_cli)
-    [ "${FA3_AB_TESTS:-}" = "${names[$i]}" ] && targets+=(flashattn_tests_gpu)
+    [ "${FA3_AB_TESTS:-}" = "${names[$i]}" ] && [ "${FA3_AB_WATCHDOG:-0}" = 0 ] && targets+=(flashattn_tests_gpu)
     cmake -S "${trees[$i]}" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
-          -DFLASHATTN_CUDA_ARCHITECTURES=90a >"$OUT/build-${names[$i]}.log" 2>&1 &&
-      cmake --build "$b" -j "$per" --target "${targets[@]}" >>"$OUT/build-${names[$i]}.log" 2>&1
+          -DFLASHATTN_CUDA_ARCHITECTURES=90a >"$RAW/build-${names[$i]}.log" 2>&1 &&
+      cmake --build "$b" -j "$per" --target "${targets[@]}" >>"$RAW/build-${names[$i]}.log" 2>&1
   ) &
   pids+=($!)
+  if [ "${FA3_AB_TESTS:-}" = "${names[$i]}" ] && [ "${FA3_AB_WATCHDOG:-0}" != 0 ]; then
+    # The tests on their own build, with the mbarrier watchdog (sm90_ptx.cuh) compiled in.
+    (
+      b=${trees[$i]}/build-wd
+      cmake -S "${trees[$i]}" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
+            -DFLASHATTN_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_FLAGS=-DFLASHATTN_MBAR_WATCHDOG=1 \
+            >"$RAW/build-wd.log" 2>&1 &&
+        cmake --build "$b" -j "$per" --target flashattn_tests_gpu >>"$RAW/build-wd.log" 2>&1
+    ) &
+    pids+=($!)
+  fi
 done
 fail=0
-for i in "${!pids[@]}"; do
-  wait "${pids[$i]}" || { say "build of ${names[$i]} FAILED"; tail -n 30 "$OUT/build-${names[$i]}.log" >>"$LOG"; fail=1; }
+for pid in "${pids[@]}"; do wait "$pid" || fail=1; done
+for f in "$RAW"/build-*.log; do
+  grep -qE "error|FAILED" "$f" && { say "build log $(basename "$f") shows errors"; grep -E "error|FAILED" "$f" | head -n 20 >>"$LOG"; }
 done
 for i in "${!names[@]}"; do
-  spills=$(grep -c "[1-9][0-9]* bytes spill stores" "$OUT/build-${names[$i]}.log")
-  say "${names[$i]}: $(grep -c 'Compiling entry function' "$OUT/build-${names[$i]}.log") kernel builds, $spills with spill stores"
-  cat "$OUT/build-${names[$i]}.log" >>"$LOG"
-  rm -f "$OUT/build-${names[$i]}.log"
+  spills=$(grep -c "[1-9][0-9]* bytes spill stores" "$RAW/build-${names[$i]}.log")
+  say "${names[$i]}: $(grep -c 'Compiling entry function' "$RAW/build-${names[$i]}.log") kernel builds, $spills with spill stores"
+  cat "$RAW/build-${names[$i]}.log" >>"$LOG"
+  rm -f "$RAW/build-${names[$i]}.log"
 done
 say "builds took $(( $(date +%s) - t0 )) s"
 [ $fail -eq 0 ] || exit 1
@@ -74,15 +92,15 @@ for pass in $(seq 1 "$PASSES"); do
   for i in "${order[@]}"; do
     say "pass $pass: ${names[$i]}"
     FLASHATTN_COMMIT=${names[$i]} "${trees[$i]}/build-ab/flashattn" bench --gpu --algo fa3 \
-      --json "$OUT/${names[$i]}-$pass.json" >>"$LOG" 2>&1 || say "bench of ${names[$i]} pass $pass FAILED"
+      --json "$RAW/${names[$i]}-$pass.json" >>"$LOG" 2>&1 || say "bench of ${names[$i]} pass $pass FAILED"
   done
 done
 
 # ---- the peer, once ----
-first=$OUT/${names[0]}-1.json
-if python3 -c "import torch" >/dev/null 2>&1; then
+first=$RAW/${names[0]}-1.json
+if [ "${FA3_AB_PEERS:-1}" != 0 ] && python3 -c "import torch" >/dev/null 2>&1; then
   say "cuDNN through PyTorch SDPA"
-  python3 "$ROOT/bench/peers_sdpa.py" --backends cudnn --shapes-from "$first" --json "$OUT/peers.json" >>"$LOG" 2>&1 ||
+  python3 "$ROOT/bench/peers_sdpa.py" --backends cudnn --shapes-from "$first" --json "$RAW/peers.json" >>"$LOG" 2>&1 ||
     say "peers FAILED"
 fi
 
@@ -90,14 +108,19 @@ fi
 if [ -n "${FA3_AB_TESTS:-}" ]; then
   for i in "${!names[@]}"; do
     [ "${names[$i]}" = "$FA3_AB_TESTS" ] || continue
-    say "tests of ${names[$i]}: $TEST_FILTER"
-    if "${trees[$i]}/build-ab/tests/flashattn_tests_gpu" --gtest_filter="$TEST_FILTER" >"$OUT/tests.log" 2>&1; then
-      say "tests passed: $(grep -E '^\[  PASSED  \]' "$OUT/tests.log")"
-    else
-      say "tests FAILED"; grep -E 'FAILED|Failure' "$OUT/tests.log" | head -n 20 >>"$LOG"
-    fi
-    cat "$OUT/tests.log" >>"$LOG"
-    rm -f "$OUT/tests.log"
+    bin=${trees[$i]}/build-ab/tests/flashattn_tests_gpu
+    [ "${FA3_AB_WATCHDOG:-0}" != 0 ] && bin=${trees[$i]}/build-wd/tests/flashattn_tests_gpu
+    say "tests of ${names[$i]}: $TEST_FILTER, one process each"
+    passed=0 failed=0
+    for t in $("$bin" --gtest_filter="$TEST_FILTER" --gtest_list_tests |
+               awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
+      t0=$(date +%s)
+      timeout "${FA3_AB_TEST_TIMEOUT:-120}" "$bin" --gtest_filter="$t" >"$RAW/test.log" 2>&1
+      rc=$?
+      if [ $rc -eq 0 ]; then passed=$((passed + 1)); say "  ok $t ($(( $(date +%s) - t0 )) s)"
+      else failed=$((failed + 1)); say "  FAILED $t (rc $rc$( [ $rc -eq 124 ] && echo ', timed out'))"; tail -n 30 "$RAW/test.log" >>"$LOG"; fi
+    done
+    say "tests: $passed passed, $failed failed"
   done
 fi
 
@@ -114,7 +137,7 @@ if [ -n "${FA3_AB_NCU:-}" ]; then
 fi
 
 # ---- one table ----
-python3 - "$OUT" "${names[@]}" <<'PY' | tee -a "$LOG"
+python3 - "$RAW" "${names[@]}" <<'PY' | tee -a "$LOG"
 import glob, json, os, sys
 out, names = sys.argv[1], sys.argv[2:]
 def rows(path):
@@ -166,7 +189,9 @@ json.dump({"experiment": "fa3 A/B (scripts/fa3_ab.sh)", "trees": names, "gpu": m
            "date": meta.get("date"), "passes": len(runs[names[0]]), "table": table,
            "peers": {"torch": pd.get("torch"), "cudnn": pd.get("cudnn")} if pd else None},
           open(os.path.join(out, "ab.json"), "w"), indent=1)
+print("table written")
 PY
-# The raw results in one archive (each tree's pass files, the peers).
-(cd "$OUT" && tar -czf raw.tar.gz -- *-[0-9]*.json $( [ -f peers.json ] && echo peers.json ) && rm -f -- *-[0-9]*.json peers.json)
+# The table, and the raw results in one archive (each tree's pass files, the peers).
+mv "$RAW/ab.json" "$OUT/ab.json"
+(cd "$RAW" && tar -czf "$OUT/raw.tar.gz" -- *.json)
 say "done"

@@ -317,16 +317,16 @@ __device__ __forceinline__ void pack_p(ConsumerState<Cfg>& st) {
 // S = Q K^T for this warpgroup's 64 rows against the kBlockN keys of one stage.
 template <typename Cfg, typename T>
 __device__ __forceinline__ void issue_qk(ConsumerState<Cfg>& st, const T* sq_rows, const T* sk) {
-  const uint32_t q_addr = sm90::smem_u32(sq_rows);
-  const uint32_t k_addr = sm90::smem_u32(sk);
   constexpr uint32_t kLbo = 16;  // unused by swizzled K-major operands
+  const uint64_t q_desc = sm90::make_smem_desc(sm90::smem_u32(sq_rows), kLbo, sm90::kSwizzleAtomBytes);
+  const uint64_t k_desc = sm90::make_smem_desc(sm90::smem_u32(sk), kLbo, sm90::kSwizzleAtomBytes);
 #pragma unroll
   for (int kk = 0; kk < Cfg::kQkSteps; ++kk) {
     // k16 step kk: column block kk / 4, 32 bytes per step inside the 128-byte swizzled row.
     const uint32_t q_off = (kk / 4) * Cfg::kBlockM * sm90::kSwizzleBytes + (kk % 4) * 32;
     const uint32_t k_off = (kk / 4) * Cfg::kBlockN * sm90::kSwizzleBytes + (kk % 4) * 32;
-    sm90::wgmma_ss<Cfg::kBlockN, T, 0>(st.s, sm90::make_smem_desc(q_addr + q_off, kLbo, sm90::kSwizzleAtomBytes),
-                                       sm90::make_smem_desc(k_addr + k_off, kLbo, sm90::kSwizzleAtomBytes), kk > 0);
+    sm90::wgmma_ss<Cfg::kBlockN, T, 0>(st.s, sm90::desc_advance(q_desc, q_off), sm90::desc_advance(k_desc, k_off),
+                                       kk > 0);
   }
 }
 
@@ -334,13 +334,12 @@ __device__ __forceinline__ void issue_qk(ConsumerState<Cfg>& st, const T* sq_row
 // kBlockN * 128 bytes apart (LBO), 8-key groups 1024 bytes apart (SBO), 16 keys per step = 2048 bytes.
 template <typename Cfg, typename T>
 __device__ __forceinline__ void issue_pv(ConsumerState<Cfg>& st, const T* sv) {
-  const uint32_t v_addr = sm90::smem_u32(sv);
   constexpr uint32_t kLbo = Cfg::kBlockN * sm90::kSwizzleBytes;
+  const uint64_t v_desc = sm90::make_smem_desc(sm90::smem_u32(sv), kLbo, sm90::kSwizzleAtomBytes);
 #pragma unroll
   for (int kk = 0; kk < Cfg::kPvSteps; ++kk) {
     const uint32_t a[4] = {st.p[4 * kk], st.p[4 * kk + 1], st.p[4 * kk + 2], st.p[4 * kk + 3]};
-    sm90::wgmma_rs<Cfg::kHeadDim, T, 1>(
-        st.o, a, sm90::make_smem_desc(v_addr + kk * 16 * sm90::kSwizzleBytes, kLbo, sm90::kSwizzleAtomBytes), true);
+    sm90::wgmma_rs<Cfg::kHeadDim, T, 1>(st.o, a, sm90::desc_advance(v_desc, kk * 16 * sm90::kSwizzleBytes), true);
   }
 }
 

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 
 namespace flashattn::cuda::sm90 {
 
@@ -41,6 +42,15 @@ __device__ __forceinline__ uint64_t make_smem_desc(uint32_t addr, uint32_t lbo_b
   desc |= uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32;
   desc |= kSwizzle128B << 62;
   return desc;
+}
+
+// The descriptor of the operand `bytes` further on in shared memory: only the start-address field (bits
+// 0-13, address >> 4) changes, and it cannot carry into the next field (shared addresses stay below 2^18),
+// so a 32-bit add on the low word does it. Built once per tile and advanced per k-step, a descriptor costs
+// one add per wgmma instead of the masks, shifts and ors of make_smem_desc.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = uint32_t(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -92,13 +102,43 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t by
 }
 // Blocks until the phase with the given parity has completed (try_wait returns early on a timeout hint;
 // loop until it reports completion).
+//
+// Built with FLASHATTN_MBAR_WATCHDOG=1 (a debugging aid, off in every shipped build), a wait that lasts
+// more than about two seconds prints the barrier (its shared-memory address), the parity and the waiting
+// thread, then traps: a pipeline that hangs then fails its test with the waits that never completed named.
+#ifndef FLASHATTN_MBAR_WATCHDOG
+#define FLASHATTN_MBAR_WATCHDOG 0
+#endif
+#if FLASHATTN_MBAR_WATCHDOG
+__device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t ok = 1;
+  FA_SM90_ASM(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+constexpr long long kWatchdogCycles = 4000000000LL;  // about 2 s at the clocks of an H100 or H200
+#endif
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if FLASHATTN_MBAR_WATCHDOG
+  const long long start = clock64();
+  while (!mbar_try_wait(bar, parity)) {
+    if (clock64() - start > kWatchdogCycles) {
+      printf("mbarrier watchdog: block %d thread %d waits on shared 0x%x for parity %u\n", int(blockIdx.x),
+             int(threadIdx.x), smem_u32(bar), parity);
+      __trap();
+    }
+  }
+#else
   FA_SM90_ASM(
       "{\n.reg .pred done;\nwait_%=:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra wait_%=;\n}\n" ::"r"(smem_u32(bar)),
       "r"(parity)
       : "memory");
+#endif
 }
 
 // ---- TMA ------------------------------------------------------------------------------------------------
