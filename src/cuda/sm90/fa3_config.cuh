@@ -16,10 +16,6 @@
 
 namespace flashattn::cuda::fa3 {
 
-constexpr int kSm90SmemPerBlock = 227 * 1024;  // opt-in dynamic shared memory per CTA on sm_90
-// Shared memory besides the tiles: barriers, the tile slot and the slack that aligns the base to 1024.
-constexpr uint32_t kSmemReserve = 2048;
-
 template <int kHeadDim_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kWarpSpecialized_,
           bool kPingPong_, bool kIntraOverlap_>
 struct Fa3Config {
@@ -54,15 +50,6 @@ struct Fa3Config {
   static constexpr uint32_t kQBytes = uint32_t(kBlockM) * kHeadDim * kElemBytes;
   static constexpr uint32_t kKvBytes = uint32_t(kBlockN) * kHeadDim * kElemBytes;  // one K (or V) stage
 
-  // Q buffers: two where they fit beside the K/V ring (the next tile's Q then loads during the current
-  // tile, and the tile change can overlap, kCrossTile), else one.
-  static constexpr uint32_t kRingBytes = 2u * kStages * kKvBytes;
-  static constexpr int kQBuffers = 2 * kQBytes + kRingBytes + kSmemReserve <= uint32_t(kSm90SmemPerBlock) ? 2 : 1;
-  // The tile change: P V of a tile's last block goes out together with the next tile's first Q K^T, and
-  // the epilogue of the tile runs while they do (needs the next Q loaded early: two Q buffers; the
-  // producer warpgroup; and the P V that the intra-warpgroup overlap leaves pending).
-  static constexpr bool kCrossTile = kWarpSpecialized && kIntraOverlap && kQBuffers == 2;
-
   static_assert(kHeadDim % sm90::kSwizzleElems == 0, "the head dim must be whole 128-byte swizzle rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "kBlockN is the N of the Q K^T wgmma");
   static_assert(kQBytes % sm90::kSwizzleAtomBytes == 0 && kKvBytes % sm90::kSwizzleAtomBytes == 0,
@@ -86,14 +73,13 @@ struct alignas(16) TileWork {
 // boundary when the struct does), barriers last.
 template <typename Cfg, typename T>
 struct Fa3Shared {
-  T q[Cfg::kQBuffers][Cfg::kBlockM * Cfg::kHeadDim];
+  T q[Cfg::kBlockM * Cfg::kHeadDim];
   T k[Cfg::kStages][Cfg::kBlockN * Cfg::kHeadDim];
   T v[Cfg::kStages][Cfg::kBlockN * Cfg::kHeadDim];
   // full: TMA bytes landed (one producer arrival + transaction bytes). k/v empty: every consumer
   // warpgroup's wgmma reading the stage completed (one arrival per consumer warpgroup). q_empty: every
-  // consumer warpgroup's last Q K^T of the tile completed (one arrival per consumer warpgroup). The CTA's
-  // t-th tile takes Q buffer t % kQBuffers, phase (t / kQBuffers) & 1.
-  uint64_t q_full[Cfg::kQBuffers], q_empty[Cfg::kQBuffers];
+  // consumer warpgroup's last Q K^T of the tile completed (one arrival per consumer warpgroup).
+  uint64_t q_full, q_empty;
   uint64_t k_full[Cfg::kStages], k_empty[Cfg::kStages];
   uint64_t v_full[Cfg::kStages], v_empty[Cfg::kStages];
   // The tile queue (warp-specialized kernels): the slot holds the CTA's current tile (end: none left).

@@ -1,15 +1,13 @@
 // FlashAttention-3 forward on Hopper (sm90a).
 //
 // Roles. Warpgroup 0 is the producer: after lowering its register budget (setmaxnreg) one thread issues
-// every TMA load and another hands out the tiles (below). The other two (or three) warpgroups are
-// consumers: each owns 64 rows of the CTA's Q tile, raises its register budget and runs S = Q K^T (wgmma,
-// both operands in shared memory), the online softmax and O += P V (wgmma, P from registers, V from shared
-// memory), fp32 accumulators.
+// every TMA load and another hands out the tiles (below). The other two (or three) warpgroups are consumers: each owns 64 rows of the CTA's Q
+// tile, raises its register budget and runs S = Q K^T (wgmma, both operands in shared memory), the
+// online softmax and O += P V (wgmma, P from registers, V from shared memory), fp32 accumulators.
 //
-// Pipeline. Q has two buffers where shared memory allows (head dims 64 and 128), else one, each with
-// q_full / q_empty and released as soon as the tile's last Q K^T has completed; the CTA's t-th tile takes
-// buffer t % kQBuffers and its phase, even a tile without keys (skip_q). With two, the next tile's Q
-// loads during the current tile; with one, under its last P V and epilogue. K and V rotate through kStages buffers
+// Pipeline. Q has one buffer (q_full / q_empty), released as soon as the tile's last Q K^T has completed,
+// so the next tile's Q loads under the last P V and the epilogue; the CTA's t-th tile takes Q phase t,
+// even a tile without keys (skip_q). K and V rotate through kStages buffers
 // each with their own full/empty mbarriers, so Q K^T of a block can start before its V has landed. Block
 // counters run on across tiles: the stage of the i-th block a CTA ever handles is i % kStages and its
 // phase (i / kStages) & 1. Consumers wait `full` with that parity; the producer waits `empty` with the
@@ -20,9 +18,6 @@
 //    consumers in turn, so one warpgroup's GEMMs occupy the tensor cores while the others run softmax.
 //  - Inside a warpgroup: issue Q K_j^T, then P_{j-1} V_{j-1}; wait for the first, run the softmax of block
 //    j while P V is still in flight, then wait for P V and rescale O.
-// And across tiles (kCrossTile, two Q buffers): the P V of a tile's last block goes out in the same turn
-// as the next tile's first Q K^T, and the tile's epilogue runs while that Q K^T does (change_tile), so
-// the tensor cores do not wait for the epilogue at every tile change.
 //
 // Scheduling. A persistent grid (one CTA per SM) takes tiles from a work queue: each CTA starts with tile
 // blockIdx.x; a scheduler thread in the producer warpgroup claims the next one with an atomicAdd on a
@@ -104,36 +99,24 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
 
 // ---- loads (issued by one thread) ---------------------------------------------------------------------
 
-// Q buffer and barrier phase of the CTA's t-th tile: every tile takes one phase of its buffer's barriers.
-template <typename Cfg>
-__device__ __forceinline__ int q_buffer(int t) {
-  return t % Cfg::kQBuffers;
-}
-template <typename Cfg>
-__device__ __forceinline__ uint32_t q_phase(int t) {
-  return uint32_t(t / Cfg::kQBuffers) & 1;
-}
-
-// Q of the CTA's t-th tile.
+// Q of the CTA's t-th tile. Every tile takes one phase of the Q barriers, so the phase of tile t is t & 1.
 template <typename Cfg, typename T>
 __device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p, const TileWork& w, int t) {
-  const int b = q_buffer<Cfg>(t);
-  // Hazard: every consumer warpgroup's last Q K^T of tile t - kQBuffers (same buffer) must have completed.
-  sm90::mbar_wait(&sm.q_empty[b], q_phase<Cfg>(t) ^ 1);
-  sm90::mbar_arrive_expect_tx(&sm.q_full[b], Cfg::kQBytes);
+  // Hazard: every consumer warpgroup's last Q K^T of the previous tile must have completed.
+  sm90::mbar_wait(&sm.q_empty, (t & 1) ^ 1);
+  sm90::mbar_arrive_expect_tx(&sm.q_full, Cfg::kQBytes);
 #pragma unroll
   for (int c = 0; c < Cfg::kColBlocks; ++c)
-    sm90::tma_load_4d(sm.q[b] + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full[b],
-                      c * sm90::kSwizzleElems, w.q_row, w.head, w.batch_coord);
+    sm90::tma_load_4d(sm.q + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full, c * sm90::kSwizzleElems,
+                      w.q_row, w.head, w.batch_coord);
 }
 
-// A tile without keys (or rows) loads no Q but still takes its Q buffer and phase, so that they stay
-// functions of t (and the consumers need no count of their own): arrive on q_full with no transaction bytes.
+// A tile without keys (or rows) loads no Q but still takes its Q phase, so that the phase stays t & 1
+// (and the consumers need no count of their own): arrive on q_full with no transaction bytes.
 template <typename Cfg, typename T>
 __device__ __forceinline__ void skip_q(Fa3Shared<Cfg, T>& sm, int t) {
-  const int b = q_buffer<Cfg>(t);
-  sm90::mbar_wait(&sm.q_empty[b], q_phase<Cfg>(t) ^ 1);
-  sm90::mbar_arrive(&sm.q_full[b]);
+  sm90::mbar_wait(&sm.q_empty, (t & 1) ^ 1);
+  sm90::mbar_arrive(&sm.q_full);
 }
 
 // Loads K (kV = false) or V of block n into the stage of ring position `iter`.
@@ -247,17 +230,15 @@ struct SoftmaxParams {
 // Conditional rescale: a row keeps its stored max until the block's max exceeds it by more than
 // core::kRescaleThresholdLog2 (log2 units); until then probabilities may reach 2^8, which fp32 sums and
 // the 16-bit P hold exactly as well, and the O rescale is skipped when no row of the warp moved its max.
-// kMasked compiles the per-element mask in; apply_mask (kMasked only) decides at run time whether this
-// block takes it (a tile's first block may or may not need it).
 template <bool kMasked, typename Cfg>
 __device__ __forceinline__ bool softmax_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, int key0, int quad,
-                                              float (&factor)[2], bool apply_mask = kMasked) {
+                                              float (&factor)[2]) {
   constexpr int kN = Cfg::kBlockN / 2;
   if (sp.cap_inner != 0.0f) {
 #pragma unroll
     for (int i = 0; i < kN; ++i) st.s[i] = tanhf(st.s[i] * sp.cap_inner) * sp.cap;
   }
-  if (kMasked && apply_mask) {
+  if constexpr (kMasked) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = sp.row0 + 8 * h;
@@ -362,7 +343,6 @@ struct Consumer {
   int wg;   // consumer index, 0 .. kConsumerWarpgroups - 1
   int tid;  // thread in the warpgroup
   int kv_iter = 0;
-  int q_buf = 0;  // Q buffer of the tile whose Q K^T this warpgroup issues
 
   __device__ int lane() const { return tid % 32; }
   // Without warp specialization: the thread that issues the loads (re-derived, not held in a register).
@@ -404,7 +384,7 @@ struct Consumer {
   __device__ void qk(ConsumerState<Cfg>& st, int iter) {
     sm90::fence_registers(st.s);
     sm90::wgmma_fence();
-    issue_qk<Cfg, T>(st, sm.q[q_buf] + wg * Cfg::kRowsPerWarpgroup * sm90::kSwizzleElems, sm.k[iter % Cfg::kStages]);
+    issue_qk<Cfg, T>(st, sm.q + wg * Cfg::kRowsPerWarpgroup * sm90::kSwizzleElems, sm.k[iter % Cfg::kStages]);
     sm90::wgmma_commit();
   }
   __device__ void pv(ConsumerState<Cfg>& st, int iter) {
@@ -415,55 +395,16 @@ struct Consumer {
     sm90::wgmma_commit();
   }
 
-  // What a consumer fixes once per tile: the softmax parameters and the KV blocks that need no per-element
-  // mask, [vis_lo, vis_hi) (see MaskSpec::tile_fully_visible).
-  struct TilePlan {
-    SoftmaxParams sp;
-    int vis_lo, vis_hi;
-    __device__ bool needs_mask(int n) const { return n < vis_lo || n >= vis_hi; }
-  };
-  __device__ TilePlan plan_tile(const TileWork& w) const {
-    const AttnParams& a = p.attn;
-    TilePlan tp;
-    tp.sp.cap = a.softcap;
-    tp.sp.cap_inner = a.softcap > 0.0f ? a.scale / a.softcap : 0.0f;
-    tp.sp.mult = a.softcap > 0.0f ? core::kLog2e : a.scale_log2;
-    tp.sp.mask = a.mask(w.batch);
-    tp.sp.row0 = w.row_begin + local_row0();
-    const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
-    tp.vis_lo = max(int((tp.sp.mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN), w.n_first);
-    tp.vis_hi = min(int(tp.sp.mask.key_end(w.row_begin) / Cfg::kBlockN), w.n_last);
-    if (tp.vis_lo >= tp.vis_hi) tp.vis_lo = tp.vis_hi = w.n_first;  // no visible block: every block is masked
-    return tp;
-  }
-
-  __device__ static void reset_state(ConsumerState<Cfg>& st) {
-#pragma unroll
-    for (int i = 0; i < Cfg::kHeadDim / 2; ++i) st.o[i] = 0.0f;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      st.row_max[h] = core::kNegInf;
-      st.row_sum[h] = 0.0f;
-    }
-  }
-
-  // Softmax of the tile's first block (KV block n_last - 1, scores in st.s), with the per-element mask
-  // only where the block needs it (the causal diagonal and the end of the keys fall in it whenever they
-  // fall in the tile; a non-causal tile whose keys end on a block boundary needs none). O is still 0: no
-  // rescale.
-  __device__ void first_softmax(ConsumerState<Cfg>& st, const TilePlan& tp, const TileWork& w) {
-    const int n = w.n_last - 1;
-    float factor[2];
-    softmax_block<true>(st, tp.sp, n * Cfg::kBlockN, quad(), factor, tp.needs_mask(n));
-    pack_p<Cfg, T>(st);
-  }
-
-  // The tile's first block at ring position `iter`: Q K^T only, its P V runs with the next block's Q K^T.
-  // Peeled from the loop so that every loop iteration has the same wgmma groups in flight (ptxas serializes
-  // wgmma when it cannot prove which group a register read waits for).
-  __device__ void first_block(ConsumerState<Cfg>& st, const TilePlan& tp, const TileWork& w, int iter) {
+  // The tile's first block (KV block n_last - 1, ring position `iter`): Q K^T only, its P V runs with the
+  // next block's Q K^T. It always takes the per-element mask (correct for any block; the causal diagonal and
+  // the end of the keys fall in it whenever they fall in the tile). Peeled from the loop so that every loop
+  // iteration has the same wgmma groups in flight (ptxas serializes wgmma when it cannot prove which group a
+  // register read waits for).
+  __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int iter) {
     qk_now(st, w, 0, iter);
-    first_softmax(st, tp, w);
+    float factor[2];
+    softmax_block<true>(st, sp, (w.n_last - 1) * Cfg::kBlockN, quad(), factor);  // O is still 0: no rescale
+    pack_p<Cfg, T>(st);
     if constexpr (!Cfg::kIntraOverlap) pv_now(st, w, 0, iter);
   }
 
@@ -566,41 +507,11 @@ struct Consumer {
     }
   }
 
-  __device__ void wait_q(int t) { sm90::mbar_wait(&sm.q_full[q_buffer<Cfg>(t)], q_phase<Cfg>(t)); }
-  // Tile t's Q buffer is free once this warpgroup's last Q K^T of the tile has completed (the caller waited
-  // for it): with one buffer the producer can load the next tile's Q while this tile's last P V and
-  // epilogue run. One arrival per warpgroup, as for the K/V stages.
-  __device__ void release_q(int t) {
-    if (tid == 0) sm90::mbar_arrive(&sm.q_empty[q_buffer<Cfg>(t)]);
-  }
-
-  // The change from tile w (its last block at ring position `last`) to tile `next` (the CTA's tile
-  // next_t, first block at ring position last + 1), under kCrossTile: one turn issues P V of w's last
-  // block and Q K^T of next's first block; w's epilogue runs while the Q K^T does (the P V is waited for
-  // first, since the epilogue reads O); then next's first softmax. Without this the tensor cores would
-  // idle through the epilogue and the wait for the next Q K^T. next's Q was loaded into the other buffer
-  // during w.
-  __device__ void change_tile(ConsumerState<Cfg>& st, TilePlan& tp, const TileWork& w, int last,
-                              const TileWork& next, int next_t) {
-    const int first = last + 1;
-    wait_v(last);
-    wait_q(next_t);
-    wait_k(first);
-    q_buf = q_buffer<Cfg>(next_t);
-    take_turn<Cfg>(wg);
-    pv(st, last);
-    qk(st, first);
-    pass_turn<Cfg>(wg);
-    sm90::wgmma_wait<1>();  // P V of w's last block has completed; next's first Q K^T may still run
-    sm90::fence_registers(st.o);
-    release_v(last);
-    epilogue(st, tp.sp, w);
-    reset_state(st);
-    tp = plan_tile(next);  // after the epilogue, which still needs w's plan: fewer live registers
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(st.s);
-    release_k(first);
-    first_softmax(st, tp, next);
+  // Q is free once this warpgroup's last Q K^T of the tile has completed (the caller waited for it): the
+  // producer can load the next tile's Q while this tile's last P V and epilogue run. One arrival per
+  // warpgroup, as for the K/V stages.
+  __device__ void release_q() {
+    if (tid == 0) sm90::mbar_arrive(&sm.q_empty);
   }
 
   // O / l straight from the accumulators to global memory, and the LSE; no shared memory, since the Q
@@ -653,57 +564,61 @@ struct Consumer {
   }
 
   __device__ void run() {
+    const AttnParams& a = p.attn;
     // Consumer 0 goes first: the last consumer hands it the first turn.
     if (Cfg::kPingPong && wg == Cfg::kConsumerWarpgroups - 1) sm90::named_arrive(kTurnBarrier + 0, kTurnThreads);
-    ConsumerState<Cfg> st;
-    TilePlan tp;
-    bool begun = false;  // the current tile's first block already ran, under the previous tile's change
-    TileWork w = take_tile(0);
-    for (int t = 0; !w.end; ++t) {
+    for (int t = 0;; ++t) {
+      const TileWork w = take_tile(t);
+      if (w.end) break;
       if (!w.valid || w.blocks() == 0) {  // its Q phase carries no data (skip_q)
         if (is_loader()) skip_q(sm, t);
-        wait_q(t);
+        sm90::mbar_wait(&sm.q_full, t & 1);
         if (w.valid) write_empty_rows(w);
-        release_q(t);
-        w = take_tile(t + 1);
+        release_q();
         continue;
       }
-      if (!begun) {
-        if (is_loader()) {
-          load_q(sm, p, w, t);
-          for (int i = 0; i < Cfg::kStages && i < w.blocks(); ++i) {
-            load_kv<false>(sm, p, w, w.n_last - 1 - i, kv_iter + i);
-            load_kv<true>(sm, p, w, w.n_last - 1 - i, kv_iter + i);
-          }
+      if (is_loader()) {
+        load_q(sm, p, w, t);
+        for (int i = 0; i < Cfg::kStages && i < w.blocks(); ++i) {
+          load_kv<false>(sm, p, w, w.n_last - 1 - i, kv_iter + i);
+          load_kv<true>(sm, p, w, w.n_last - 1 - i, kv_iter + i);
         }
-        tp = plan_tile(w);
-        reset_state(st);
-        q_buf = q_buffer<Cfg>(t);
-        wait_q(t);
-        first_block(st, tp, w, kv_iter);
       }
+      SoftmaxParams sp;
+      sp.cap = a.softcap;
+      sp.cap_inner = a.softcap > 0.0f ? a.scale / a.softcap : 0.0f;
+      sp.mult = a.softcap > 0.0f ? core::kLog2e : a.scale_log2;
+      sp.mask = a.mask(w.batch);
+      sp.row0 = w.row_begin + local_row0();
+
+      ConsumerState<Cfg> st;
+#pragma unroll
+      for (int i = 0; i < Cfg::kHeadDim / 2; ++i) st.o[i] = 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        st.row_max[h] = core::kNegInf;
+        st.row_sum[h] = 0.0f;
+      }
+      // Blocks that need no per-element mask: [vis_lo, vis_hi) (see MaskSpec::tile_fully_visible).
+      const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
+      int vis_lo = int((sp.mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN);
+      int vis_hi = int(sp.mask.key_end(w.row_begin) / Cfg::kBlockN);
+      vis_lo = max(vis_lo, w.n_first);
+      vis_hi = min(vis_hi, w.n_last);
+      if (vis_lo >= vis_hi) vis_lo = vis_hi = w.n_first;  // no visible block: every block is masked
+
+      sm90::mbar_wait(&sm.q_full, t & 1);
       const int base = kv_iter;
+      first_block(st, sp, w, base);
       int idx = 1;
       int n = w.n_last - 2;
-      for (; n >= tp.vis_hi; --n, ++idx) block<true>(st, tp.sp, w, idx, base + idx);
-      for (; n >= tp.vis_lo; --n, ++idx) block<false>(st, tp.sp, w, idx, base + idx);
-      for (; n >= w.n_first; --n, ++idx) block<true>(st, tp.sp, w, idx, base + idx);
-      release_q(t);  // the tile's last Q K^T has completed (waited for inside the block)
-      const int last = base + idx - 1;
+      for (; n >= vis_hi; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
+      for (; n >= vis_lo; --n, ++idx) block<false>(st, sp, w, idx, base + idx);
+      for (; n >= w.n_first; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
+      release_q();  // the tile's last Q K^T has completed (waited for inside the block)
+      drain(st, w, idx - 1, base + idx - 1);
       kv_iter = base + idx;
-      const TileWork next = take_tile(t + 1);
-      begun = false;
-      if constexpr (Cfg::kCrossTile) {
-        if (!next.end && next.valid && next.blocks() > 0) {
-          change_tile(st, tp, w, last, next, t + 1);  // tp becomes next's plan
-          begun = true;
-        }
-      }
-      if (!begun) {
-        drain(st, w, idx - 1, last);
-        epilogue(st, tp.sp, w);
-      }
-      w = next;
+      epilogue(st, sp, w);
     }
     // Balance the turn barrier: the last consumer's final hand-over to consumer 0 has no matching wait yet.
     if (Cfg::kPingPong && wg == 0) sm90::named_sync(kTurnBarrier + 0, kTurnThreads);
@@ -725,10 +640,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_
     sm90::prefetch_tensor_map(&params.tm_q);
     sm90::prefetch_tensor_map(&params.tm_k);
     sm90::prefetch_tensor_map(&params.tm_v);
-    for (int b = 0; b < Cfg::kQBuffers; ++b) {
-      sm90::mbar_init(&sm.q_full[b], 1);
-      sm90::mbar_init(&sm.q_empty[b], Cfg::kConsumerWarpgroups);
-    }
+    sm90::mbar_init(&sm.q_full, 1);
+    sm90::mbar_init(&sm.q_empty, Cfg::kConsumerWarpgroups);
     for (int s = 0; s < Cfg::kStages; ++s) {
       sm90::mbar_init(&sm.k_full[s], 1);
       sm90::mbar_init(&sm.v_full[s], 1);
