@@ -172,6 +172,38 @@ TEST(Fa3Schedule, SectionsHoldTheKvThatFitsAndCausalOnesTwoWaves) {
   }
 }
 
+// Many tiles per CTA of every kind in one call, so that each CTA changes tiles several times: varlen
+// sequences whose query and key lengths cycle through empty, one row, whole 128-row tiles and odd lengths,
+// so that a tile with keys can follow one without rows or keys and the reverse, for every head dim, with
+// and without a mask. Tiles without keys take their Q phase with no data (skip_q) and release it at once:
+// a pipeline in which one warp of a consumer warpgroup can run two Q phases ahead of another hangs here
+// (an overlapped tile change did; FLASHATTN_MBAR_WATCHDOG names the barrier).
+TEST(Fa3Forward, TileChangesAcrossManyTilesPerCta) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  constexpr int kSequences = 96;
+  const int64_t q_lens[] = {0, 1, 128, 256, 77, 300, 129, 200};
+  const int64_t k_lens[] = {256, 0, 128, 300, 1, 255, 512, 64, 129};
+  struct Variant {
+    int64_t d;
+    DType dtype;
+    bool causal;
+    int64_t window_left;
+  };
+  for (const Variant& v : {Variant{128, DType::kBFloat16, false, -1}, Variant{64, DType::kFloat16, true, -1},
+                           Variant{256, DType::kBFloat16, false, 100}}) {
+    Case c = fa3_case("tile-changes", v.dtype, v.d, 0, 0);
+    for (int i = 0; i < kSequences; ++i) {
+      c.lens_q.push_back(q_lens[i % 8]);
+      c.lens_k.push_back(k_lens[i % 9]);
+    }
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.causal = v.causal;
+    c.window_left = v.window_left;
+    fat::check_forward_case(c, kFa3Prefix);
+  }
+}
+
 // A causal GQA shape with three L2 sections of unequal size (8, 8 and 4 query-head pairs: 16384 keys of
 // head dim 64 put 4 KV heads in a section), run twice on one stream: every element written (the outputs
 // are poisoned), sampled rows of every head against the reference, both runs bitwise equal, and the

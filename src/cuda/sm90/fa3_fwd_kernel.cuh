@@ -298,16 +298,16 @@ __device__ __forceinline__ void pack_p(ConsumerState<Cfg>& st) {
 // S = Q K^T for this warpgroup's 64 rows against the kBlockN keys of one stage.
 template <typename Cfg, typename T>
 __device__ __forceinline__ void issue_qk(ConsumerState<Cfg>& st, const T* sq_rows, const T* sk) {
+  const uint32_t q_addr = sm90::smem_u32(sq_rows);
+  const uint32_t k_addr = sm90::smem_u32(sk);
   constexpr uint32_t kLbo = 16;  // unused by swizzled K-major operands
-  const uint64_t q_desc = sm90::make_smem_desc(sm90::smem_u32(sq_rows), kLbo, sm90::kSwizzleAtomBytes);
-  const uint64_t k_desc = sm90::make_smem_desc(sm90::smem_u32(sk), kLbo, sm90::kSwizzleAtomBytes);
 #pragma unroll
   for (int kk = 0; kk < Cfg::kQkSteps; ++kk) {
     // k16 step kk: column block kk / 4, 32 bytes per step inside the 128-byte swizzled row.
     const uint32_t q_off = (kk / 4) * Cfg::kBlockM * sm90::kSwizzleBytes + (kk % 4) * 32;
     const uint32_t k_off = (kk / 4) * Cfg::kBlockN * sm90::kSwizzleBytes + (kk % 4) * 32;
-    sm90::wgmma_ss<Cfg::kBlockN, T, 0>(st.s, sm90::desc_advance(q_desc, q_off), sm90::desc_advance(k_desc, k_off),
-                                       kk > 0);
+    sm90::wgmma_ss<Cfg::kBlockN, T, 0>(st.s, sm90::make_smem_desc(q_addr + q_off, kLbo, sm90::kSwizzleAtomBytes),
+                                       sm90::make_smem_desc(k_addr + k_off, kLbo, sm90::kSwizzleAtomBytes), kk > 0);
   }
 }
 
@@ -315,12 +315,13 @@ __device__ __forceinline__ void issue_qk(ConsumerState<Cfg>& st, const T* sq_row
 // kBlockN * 128 bytes apart (LBO), 8-key groups 1024 bytes apart (SBO), 16 keys per step = 2048 bytes.
 template <typename Cfg, typename T>
 __device__ __forceinline__ void issue_pv(ConsumerState<Cfg>& st, const T* sv) {
+  const uint32_t v_addr = sm90::smem_u32(sv);
   constexpr uint32_t kLbo = Cfg::kBlockN * sm90::kSwizzleBytes;
-  const uint64_t v_desc = sm90::make_smem_desc(sm90::smem_u32(sv), kLbo, sm90::kSwizzleAtomBytes);
 #pragma unroll
   for (int kk = 0; kk < Cfg::kPvSteps; ++kk) {
     const uint32_t a[4] = {st.p[4 * kk], st.p[4 * kk + 1], st.p[4 * kk + 2], st.p[4 * kk + 3]};
-    sm90::wgmma_rs<Cfg::kHeadDim, T, 1>(st.o, a, sm90::desc_advance(v_desc, kk * 16 * sm90::kSwizzleBytes), true);
+    sm90::wgmma_rs<Cfg::kHeadDim, T, 1>(
+        st.o, a, sm90::make_smem_desc(v_addr + kk * 16 * sm90::kSwizzleBytes, kLbo, sm90::kSwizzleAtomBytes), true);
   }
 }
 
@@ -509,7 +510,12 @@ struct Consumer {
 
   // Q is free once this warpgroup's last Q K^T of the tile has completed (the caller waited for it): the
   // producer can load the next tile's Q while this tile's last P V and epilogue run. One arrival per
-  // warpgroup, as for the K/V stages.
+  // warpgroup, as for the K/V stages. Hazard: that is enough only while no warp of the warpgroup can be two
+  // Q phases behind thread 0, or it waits on an aliased parity forever. With keys, the tile's wgmma keeps
+  // the four warps together; without (skip_q), a warp can get one phase ahead at most, because the
+  // scheduler publishes the next tile only once every consumer thread has taken this one, which they do
+  // after their epilogue. Taking the next tile before the epilogue let a warp run two phases ahead
+  // (Fa3Forward.TileChangesAcrossManyTilesPerCta hung, FLASHATTN_MBAR_WATCHDOG named q_full).
   __device__ void release_q() {
     if (tid == 0) sm90::mbar_arrive(&sm.q_empty);
   }

@@ -44,15 +44,6 @@ __device__ __forceinline__ uint64_t make_smem_desc(uint32_t addr, uint32_t lbo_b
   return desc;
 }
 
-// The descriptor of the operand `bytes` further on in shared memory: only the start-address field (bits
-// 0-13, address >> 4) changes, and it cannot carry into the next field (shared addresses stay below 2^18),
-// so a 32-bit add on the low word does it. Built once per tile and advanced per k-step, a descriptor costs
-// one add per wgmma instead of the masks, shifts and ors of make_smem_desc.
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
-  const uint32_t lo = uint32_t(desc) + (bytes >> 4);
-  return (desc & 0xFFFFFFFF00000000ull) | lo;
-}
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA_SM90_ASM(...) asm volatile(__VA_ARGS__)
 #else
