@@ -137,60 +137,7 @@ if [ -n "${FA3_AB_NCU:-}" ]; then
 fi
 
 # ---- one table ----
-python3 - "$RAW" "${names[@]}" <<'PY' | tee -a "$LOG"
-import glob, json, os, sys
-out, names = sys.argv[1], sys.argv[2:]
-def rows(path):
-    try:
-        d = json.load(open(path))
-    except (OSError, ValueError):
-        return {}, {}
-    got = {}
-    for r in d.get("rows", d.get("results", [])):
-        if r.get("algo") != "fa3" or r.get("direction") != "fwd":
-            continue
-        key = (r["d"], r["N"], bool(r["causal"]))
-        if r.get("tflops"):
-            got[key] = r["tflops"]
-    return got, d
-runs = {n: [rows(p)[0] for p in sorted(glob.glob(os.path.join(out, n + "-*.json")))] for n in names}
-meta = rows(os.path.join(out, names[0] + "-1.json"))[1]
-peers = {}
-try:
-    pd = json.load(open(os.path.join(out, "peers.json")))
-    for r in pd.get("rows", pd.get("results", [])):
-        if r.get("impl") == "cudnn" and r.get("direction") == "fwd":
-            peers[(r["d"], r["N"], bool(r["causal"]))] = r.get("tflops")
-except (OSError, ValueError):
-    pd = None
-keys = sorted(set().union(*[set(r) for rs in runs.values() for r in rs]))
-table = []
-print("%4s %6s %-6s " % ("d", "N", "causal") + " ".join("%16s" % n for n in names) + " %8s" % "cudnn")
-for k in keys:
-    row = {"d": k[0], "N": k[1], "causal": k[2]}
-    cells = []
-    for n in names:
-        vals = [r[k] for r in runs[n] if k in r]
-        row[n] = {"mean": round(sum(vals) / len(vals), 1) if vals else None, "passes": vals}
-        cells.append("%7.1f (%5.1f)" % (row[n]["mean"], max(vals) - min(vals)) if vals else "%16s" % "-")
-    row["cudnn"] = peers.get(k)
-    table.append(row)
-    print("%4d %6d %-6s " % k + " ".join(cells) + " %8s" % ("%.1f" % peers[k] if peers.get(k) else "-"))
-import math
-for n in names[1:]:
-    ratios = [r[n]["mean"] / r[names[0]]["mean"] for r in table if r[n]["mean"] and r[names[0]]["mean"]]
-    if ratios:
-        print("%s / %s: geometric mean %.3f, min %.3f, max %.3f" % (n, names[0], math.exp(sum(map(math.log, ratios)) / len(ratios)), min(ratios), max(ratios)))
-for n in names:
-    ratios = [r[n]["mean"] / r["cudnn"] for r in table if r[n]["mean"] and r["cudnn"]]
-    if ratios:
-        print("%s / cudnn: geometric mean %.3f, min %.3f, max %.3f" % (n, math.exp(sum(map(math.log, ratios)) / len(ratios)), min(ratios), max(ratios)))
-json.dump({"experiment": "fa3 A/B (scripts/fa3_ab.sh)", "trees": names, "gpu": meta.get("gpu"),
-           "date": meta.get("date"), "passes": len(runs[names[0]]), "table": table,
-           "peers": {"torch": pd.get("torch"), "cudnn": pd.get("cudnn")} if pd else None},
-          open(os.path.join(out, "ab.json"), "w"), indent=1)
-print("table written")
-PY
+python3 "$ROOT/bench/ab_table.py" "$RAW" "${names[@]}" | tee -a "$LOG"
 # The table, and the raw results in one archive (each tree's pass files, the peers).
 mv "$RAW/ab.json" "$OUT/ab.json"
 (cd "$RAW" && tar -czf "$OUT/raw.tar.gz" -- *.json)

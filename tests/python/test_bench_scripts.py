@@ -1,9 +1,10 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
 the median of the timed calls), the commit the merged results record, and the merged decode table; the
-profile reader scripts/ncu_stalls.py on a small made-up listing; and the probe insertion of
-scripts/decode_lab.py on the library's decode kernel."""
+profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
+scripts/decode_lab.py on the library's decode kernel; and the A/B table of scripts/fa3_ab.sh."""
 
 import csv
+import json
 import gzip
 import os
 import sys
@@ -16,6 +17,7 @@ SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "
 sys.path.insert(0, BENCH)
 sys.path.insert(0, SCRIPTS)
 
+import ab_table  # noqa: E402
 import compare  # noqa: E402
 import decode_lab  # noqa: E402
 import ncu_stalls  # noqa: E402
@@ -185,3 +187,36 @@ def test_decode_lab_refuses_a_kernel_without_an_anchor():
 def test_decode_lab_keeps_the_labs_json_lines():
     out = 'decode_lab: building\n{"exp":"read_ldg","us":1.5}\nnoise\n{"exp":"done"}\n'
     assert decode_lab.parse_lines(out) == [{"exp": "read_ldg", "us": 1.5}]
+
+
+def _bench_file(path, rows):
+    rows = [{"algo": "fa3", "direction": "fwd", "d": d, "N": n, "causal": c, "tflops": t} for d, n, c, t in rows]
+    rows.append({"algo": "fa2", "direction": "fwd", "d": 64, "N": 512, "causal": False, "tflops": 1.0})
+    rows.append({"algo": "fa3", "direction": "bwd", "d": 64, "N": 512, "causal": False, "tflops": 2.0})
+    with open(path, "w") as f:
+        json.dump({"gpu": {"name": "test GPU"}, "date": "2026-12-02T00:00:00Z", "rows": rows}, f)
+
+
+def test_ab_table_means_the_passes_and_divides_by_the_first_tree_and_cudnn(tmp_path, capsys):
+    _bench_file(tmp_path / "old-1.json", [(64, 512, False, 100.0), (64, 512, True, 50.0)])
+    _bench_file(tmp_path / "old-2.json", [(64, 512, False, 110.0), (64, 512, True, 50.0)])
+    _bench_file(tmp_path / "new-1.json", [(64, 512, False, 126.0), (64, 512, True, 40.0)])
+    _bench_file(tmp_path / "new-2.json", [(64, 512, False, 126.0)])  # a shape missing from one pass
+    with open(tmp_path / "peers.json", "w") as f:
+        json.dump({"torch": "t", "cudnn": 1, "rows": [
+            {"impl": "cudnn", "direction": "fwd", "d": 64, "N": 512, "causal": False, "tflops": 210.0},
+            {"impl": "cudnn", "direction": "bwd", "d": 64, "N": 512, "causal": False, "tflops": 1.0},
+            {"impl": "flash", "direction": "fwd", "d": 64, "N": 512, "causal": True, "tflops": 1.0}]}, f)
+    assert ab_table.main([str(tmp_path), "old", "new"]) == 0
+    with open(tmp_path / "ab.json") as f:
+        result = json.load(f)
+    assert result["trees"] == ["old", "new"] and result["passes"] == 2 and result["gpu"] == {"name": "test GPU"}
+    rows = {(r["d"], r["N"], r["causal"]): r for r in result["table"]}
+    assert sorted(rows) == [(64, 512, False), (64, 512, True)]  # fa2 and backward rows left out
+    assert rows[(64, 512, False)]["old"] == {"mean": 105.0, "passes": [100.0, 110.0]}
+    assert rows[(64, 512, True)]["new"] == {"mean": 40.0, "passes": [40.0]}
+    assert rows[(64, 512, False)]["cudnn"] == 210.0 and rows[(64, 512, True)]["cudnn"] is None
+    out = capsys.readouterr().out
+    # new / old: 126 / 105 = 1.2 and 40 / 50 = 0.8; geometric mean sqrt(0.96).
+    assert "new / old: geometric mean %.3f, min 0.800, max 1.200" % (0.96 ** 0.5) in out
+    assert "old / cudnn: geometric mean 0.500, min 0.500, max 0.500" in out
