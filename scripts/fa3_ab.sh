@@ -7,9 +7,8 @@
 # Usage: bash scripts/fa3_ab.sh OUT NAME=TREE [NAME=TREE ...]
 #   TREE: a source tree of flashattn (a checkout, or `git archive COMMIT | tar -x -C TREE`).
 # Writes OUT/ab.json (the table), OUT/raw.tar.gz (every bench and peer JSON), OUT/ab.log (what every step
-# printed) and, with FA3_AB_NCU=PROFILE (a
-# profile name of scripts/ncu_profile.sh, e.g. fa3_d128_n512), OUT/ncu-NAME.tar.gz per tree (or per tree
-# named in FA3_AB_NCU_TREES).
+# printed) and, with FA3_AB_NCU=PROFILE (a profile name of scripts/ncu_profile.sh, e.g. fa3_d128_n512),
+# OUT/ncu-NAME.tar.gz per tree (or per tree named in FA3_AB_NCU_TREES).
 # Environment: FA3_AB_PASSES (default 2), FA3_AB_PEERS=0 (no cuDNN run), FA3_AB_TESTS=NAME (also build
 # that tree's GPU tests and run the fa3 ones, FA3_AB_TEST_FILTER, default Fa3*:*GpuForward*fa3*, each test
 # in its own process under FA3_AB_TEST_TIMEOUT seconds, default 120, so that a hang names its test;
@@ -34,12 +33,27 @@ TEST_FILTER=${FA3_AB_TEST_FILTER:-Fa3*:*GpuForward*fa3*}
 say() { echo "fa3_ab: $*" | tee -a "$LOG"; }
 
 names=() trees=()
+test_tree=  # the source tree of FA3_AB_TESTS
 for arg in "$@"; do
   name=${arg%%=*} tree=${arg#*=}
   [ -f "$tree/CMakeLists.txt" ] || { echo "fa3_ab: $tree is no flashattn source tree" >&2; exit 2; }
   names+=("$name")
   trees+=("$(cd "$tree" && pwd)")
+  [ "$name" = "${FA3_AB_TESTS:-}" ] && test_tree=${trees[-1]}
 done
+[ -z "${FA3_AB_TESTS:-}" ] || [ -n "$test_tree" ] || { echo "fa3_ab: FA3_AB_TESTS names no tree" >&2; exit 2; }
+WATCHDOG=${FA3_AB_WATCHDOG:-0}
+
+# build TREE BUILD_DIR LOG TARGET... [-- CMAKE_ARG...]: configure (Release, sm_90a) and build the targets.
+build() {
+  local tree=$1 dir=$2 log=$3 targets=() extra=()
+  shift 3
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do targets+=("$1"); shift; done
+  [ $# -gt 0 ] && shift && extra=("$@")
+  cmake -S "$tree" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
+        -DFLASHATTN_CUDA_ARCHITECTURES=90a "${extra[@]}" >"$log" 2>&1 &&
+    cmake --build "$dir" -j "$per" --target "${targets[@]}" >>"$log" 2>&1
+}
 
 # ---- build every tree at once, the cores shared out ----
 per=$(( JOBS / ${#names[@]} ))
@@ -47,27 +61,17 @@ per=$(( JOBS / ${#names[@]} ))
 t0=$(date +%s)
 pids=()
 for i in "${!names[@]}"; do
-  (
-    b=${trees[$i]}/build-ab
-    targets=(flashattn_cli)
-    [ "${FA3_AB_TESTS:-}" = "${names[$i]}" ] && [ "${FA3_AB_WATCHDOG:-0}" = 0 ] && targets+=(flashattn_tests_gpu)
-    cmake -S "${trees[$i]}" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
-          -DFLASHATTN_CUDA_ARCHITECTURES=90a >"$RAW/build-${names[$i]}.log" 2>&1 &&
-      cmake --build "$b" -j "$per" --target "${targets[@]}" >>"$RAW/build-${names[$i]}.log" 2>&1
-  ) &
+  targets=(flashattn_cli)
+  [ "${trees[$i]}" = "$test_tree" ] && [ "$WATCHDOG" = 0 ] && targets+=(flashattn_tests_gpu)
+  build "${trees[$i]}" "${trees[$i]}/build-ab" "$RAW/build-${names[$i]}.log" "${targets[@]}" &
   pids+=($!)
-  if [ "${FA3_AB_TESTS:-}" = "${names[$i]}" ] && [ "${FA3_AB_WATCHDOG:-0}" != 0 ]; then
-    # The tests on their own build, with the mbarrier watchdog (sm90_ptx.cuh) compiled in.
-    (
-      b=${trees[$i]}/build-wd
-      cmake -S "${trees[$i]}" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
-            -DFLASHATTN_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_FLAGS=-DFLASHATTN_MBAR_WATCHDOG=1 \
-            >"$RAW/build-wd.log" 2>&1 &&
-        cmake --build "$b" -j "$per" --target flashattn_tests_gpu >>"$RAW/build-wd.log" 2>&1
-    ) &
-    pids+=($!)
-  fi
 done
+if [ -n "$test_tree" ] && [ "$WATCHDOG" != 0 ]; then
+  # The tests on their own build, with the mbarrier watchdog (sm90_ptx.cuh) compiled in.
+  build "$test_tree" "$test_tree/build-wd" "$RAW/build-wd.log" flashattn_tests_gpu \
+        -- -DCMAKE_CUDA_FLAGS=-DFLASHATTN_MBAR_WATCHDOG=1 &
+  pids+=($!)
+fi
 fail=0
 for pid in "${pids[@]}"; do wait "$pid" || fail=1; done
 for f in "$RAW"/build-*.log; do
@@ -105,23 +109,20 @@ if [ "${FA3_AB_PEERS:-1}" != 0 ] && python3 -c "import torch" >/dev/null 2>&1; t
 fi
 
 # ---- the tests of one tree ----
-if [ -n "${FA3_AB_TESTS:-}" ]; then
-  for i in "${!names[@]}"; do
-    [ "${names[$i]}" = "$FA3_AB_TESTS" ] || continue
-    bin=${trees[$i]}/build-ab/tests/flashattn_tests_gpu
-    [ "${FA3_AB_WATCHDOG:-0}" != 0 ] && bin=${trees[$i]}/build-wd/tests/flashattn_tests_gpu
-    say "tests of ${names[$i]}: $TEST_FILTER, one process each"
-    passed=0 failed=0
-    for t in $("$bin" --gtest_filter="$TEST_FILTER" --gtest_list_tests |
-               awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
-      t0=$(date +%s)
-      timeout "${FA3_AB_TEST_TIMEOUT:-120}" "$bin" --gtest_filter="$t" >"$RAW/test.log" 2>&1
-      rc=$?
-      if [ $rc -eq 0 ]; then passed=$((passed + 1)); say "  ok $t ($(( $(date +%s) - t0 )) s)"
-      else failed=$((failed + 1)); say "  FAILED $t (rc $rc$( [ $rc -eq 124 ] && echo ', timed out'))"; tail -n 30 "$RAW/test.log" >>"$LOG"; fi
-    done
-    say "tests: $passed passed, $failed failed"
+if [ -n "$test_tree" ]; then
+  bin=$test_tree/build-ab/tests/flashattn_tests_gpu
+  [ "$WATCHDOG" != 0 ] && bin=$test_tree/build-wd/tests/flashattn_tests_gpu
+  say "tests of $FA3_AB_TESTS: $TEST_FILTER, one process each"
+  passed=0 failed=0
+  for t in $("$bin" --gtest_filter="$TEST_FILTER" --gtest_list_tests |
+             awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
+    t0=$(date +%s)
+    timeout "${FA3_AB_TEST_TIMEOUT:-120}" "$bin" --gtest_filter="$t" >"$RAW/test.log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then passed=$((passed + 1)); say "  ok $t ($(( $(date +%s) - t0 )) s)"
+    else failed=$((failed + 1)); say "  FAILED $t (rc $rc$( [ $rc -eq 124 ] && echo ', timed out'))"; tail -n 30 "$RAW/test.log" >>"$LOG"; fi
   done
+  say "tests: $passed passed, $failed failed"
 fi
 
 # ---- profiles ----

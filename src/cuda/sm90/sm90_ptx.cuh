@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
+#include <cstdio>  // printf of the mbarrier watchdog (FLASHATTN_MBAR_WATCHDOG, below)
 
 namespace flashattn::cuda::sm90 {
 
