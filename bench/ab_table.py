@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""One table from the fa3 A/B of scripts/fa3_ab.sh: every forward shape with each tree's TFLOP/s (mean of
-its passes, and each pass), cuDNN's where bench/peers_sdpa.py ran, and the geometric means of each tree
-against the first tree and against cuDNN.
+"""One table from an A/B of scripts/fa3_ab.sh: every shape with each tree's rate (mean of its passes, and
+each pass), cuDNN's where the peer script ran, and the geometric means of each tree against the first tree
+and against cuDNN. Two kinds: the fa3 forward sweep (TFLOP/s; peers of bench/peers_sdpa.py) and, with
+--decode, the KV-cache benchmark (TB/s per batch, seqlen_k and layout; peers of bench/peers_decode.py,
+contiguous caches only).
 
-Usage: bench/ab_table.py DIR NAME [NAME ...]
-  DIR holds NAME-PASS.json (`flashattn bench --gpu --algo fa3 --json`, PASS = 1, 2, ...) for every NAME
-  and, optionally, peers.json; writes DIR/ab.json and prints the table.
+Usage: bench/ab_table.py [--decode] DIR NAME [NAME ...]
+  DIR holds NAME-PASS.json (`flashattn bench --gpu --algo fa3 --json`, or `--gpu --decode --json`;
+  PASS = 1, 2, ...) for every NAME and, optionally, peers.json; writes DIR/ab.json and prints the table.
 """
 
 import glob
@@ -40,22 +42,52 @@ def cudnn_rows(path):
             if r.get("impl") == "cudnn" and r.get("direction") == "fwd" and r.get("tflops")}, data
 
 
+def decode_rows(path):
+    """{(b, seqlen_k, layout): TB/s} of one `flashattn bench --gpu --decode` file, and the file's contents."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}, {}
+    return {(r["b"], r["seqlen_k"], r["layout"]): r["TBps"] for r in data.get("rows", []) if r.get("TBps")}, data
+
+
+def cudnn_decode_rows(path):
+    """{(b, seqlen_k, layout): TB/s} of cuDNN's rows of bench/peers_decode.py, and the contents (None if absent)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}, None
+    return {(r["b"], r["seqlen_k"], r["layout"]): r["TBps"] for r in data.get("rows", [])
+            if r.get("impl") == "cudnn" and r.get("TBps")}, data
+
+
+# What each kind reads: the rows of our files, the peer's rows, the names of the key's fields, the unit.
+KINDS = {
+    "fa3": (fa3_rows, cudnn_rows, ("d", "N", "causal"), "TFLOP/s"),
+    "decode": (decode_rows, cudnn_decode_rows, ("b", "seqlen_k", "layout"), "TB/s"),
+}
+
+
 def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def build(directory, names):
+def build(directory, names, kind="fa3"):
     """The table as ab.json holds it, and the summary lines."""
-    runs = {n: [fa3_rows(p)[0] for p in sorted(glob.glob(os.path.join(directory, n + "-*.json")))] for n in names}
-    meta = fa3_rows(os.path.join(directory, names[0] + "-1.json"))[1]
-    peers, peer_data = cudnn_rows(os.path.join(directory, "peers.json"))
+    ours, peer, fields, unit = KINDS[kind]
+    runs = {n: [ours(p)[0] for p in sorted(glob.glob(os.path.join(directory, n + "-*.json")))] for n in names}
+    meta = ours(os.path.join(directory, names[0] + "-1.json"))[1]
+    peers, peer_data = peer(os.path.join(directory, "peers.json"))
     keys = sorted(set().union(*[set(r) for rs in runs.values() for r in rs]))
     table = []
     for k in keys:
-        row = {"d": k[0], "N": k[1], "causal": k[2]}
+        row = dict(zip(fields, k))
         for n in names:
             vals = [r[k] for r in runs[n] if k in r]
-            row[n] = {"mean": round(sum(vals) / len(vals), 1) if vals else None, "passes": vals}
+            mean = round(sum(vals) / len(vals), 1 if kind == "fa3" else 4) if vals else None
+            row[n] = {"mean": mean, "passes": vals}
         row["cudnn"] = peers.get(k)
         table.append(row)
     lines = []
@@ -69,27 +101,33 @@ def build(directory, names):
         if ratios:
             lines.append("%s / cudnn: geometric mean %.3f, min %.3f, max %.3f" %
                          (n, geomean(ratios), min(ratios), max(ratios)))
-    result = {"experiment": "fa3 A/B (scripts/fa3_ab.sh)", "trees": names, "gpu": meta.get("gpu"),
-              "date": meta.get("date"), "passes": len(runs[names[0]]), "table": table,
+    result = {"experiment": "%s A/B (scripts/fa3_ab.sh)" % kind, "unit": unit, "trees": names,
+              "gpu": meta.get("gpu"), "date": meta.get("date"), "passes": len(runs[names[0]]), "table": table,
               "peers": {"torch": peer_data.get("torch"), "cudnn": peer_data.get("cudnn")} if peer_data else None}
     return result, lines
 
 
 def main(argv):
+    kind = "fa3"
+    if argv and argv[0] == "--decode":
+        kind, argv = "decode", argv[1:]
     if len(argv) < 2:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     directory, names = argv[0], argv[1:]
-    result, lines = build(directory, names)
-    print("%4s %6s %-6s " % ("d", "N", "causal") + " ".join("%16s" % n for n in names) + " %8s" % "cudnn")
+    result, lines = build(directory, names, kind)
+    fields = KINDS[kind][2]
+    key_format = "%4s %6s %-10s "
+    print(key_format % fields + " ".join("%16s" % n for n in names) + " %8s" % "cudnn")
     for row in result["table"]:
         cells = []
         for n in names:
             cell = row[n]
-            cells.append("%7.1f (%5.1f)" % (cell["mean"], max(cell["passes"]) - min(cell["passes"]))
+            cells.append(("%7.3f (%5.3f)" if kind == "decode" else "%7.1f (%5.1f)") %
+                         (cell["mean"], max(cell["passes"]) - min(cell["passes"]))
                          if cell["passes"] else "%16s" % "-")
-        cudnn = "%.1f" % row["cudnn"] if row["cudnn"] else "-"
-        print("%4d %6d %-6s " % (row["d"], row["N"], row["causal"]) + " ".join(cells) + " %8s" % cudnn)
+        cudnn = ("%.2f" if kind == "decode" else "%.1f") % row["cudnn"] if row["cudnn"] else "-"
+        print(key_format % tuple(str(row[f]) for f in fields) + " ".join(cells) + " %8s" % cudnn)
     for line in lines:
         print(line)
     with open(os.path.join(directory, "ab.json"), "w") as f:

@@ -15,6 +15,9 @@
 # FA3_AB_WATCHDOG=1 builds them apart with the mbarrier watchdog, so that a hang also names its barrier),
 # JOBS (default nproc). Every step prints into OUT/ab.log as it goes (the sweeps' rows too), so a run
 # stopped part way still leaves its numbers there.
+# FA3_AB_BENCH=decode A/Bs the KV-cache kernels instead: `flashattn bench --gpu --decode` per tree and pass
+# (FA3_AB_BENCH_ARGS appended, e.g. "--splits 4"), bench/peers_decode.py's cuDNN rows, a TB/s table, and
+# the tests filter *DecodeGpu* by default.
 set -uo pipefail
 
 [ $# -ge 2 ] || { echo "usage: $0 OUT NAME=TREE [NAME=TREE ...]" >&2; exit 2; }
@@ -29,7 +32,14 @@ trap 'rm -rf "$RAW"' EXIT
 export PATH=$PATH:/usr/local/cuda/bin
 JOBS=${JOBS:-$(nproc)}
 PASSES=${FA3_AB_PASSES:-2}
-TEST_FILTER=${FA3_AB_TEST_FILTER:-Fa3*:*GpuForward*fa3*}
+KIND=${FA3_AB_BENCH:-fa3}
+case $KIND in
+  fa3) BENCH_ARGS=(--gpu --algo fa3) TABLE_ARGS=() DEFAULT_FILTER='Fa3*:*GpuForward*fa3*' ;;
+  decode) BENCH_ARGS=(--gpu --decode) TABLE_ARGS=(--decode) DEFAULT_FILTER='*DecodeGpu*' ;;
+  *) echo "fa3_ab: FA3_AB_BENCH must be fa3 or decode, got '$KIND'" >&2; exit 2 ;;
+esac
+read -r -a EXTRA_BENCH_ARGS <<<"${FA3_AB_BENCH_ARGS:-}"
+TEST_FILTER=${FA3_AB_TEST_FILTER:-$DEFAULT_FILTER}
 say() { echo "fa3_ab: $*" | tee -a "$LOG"; }
 
 names=() trees=()
@@ -95,8 +105,9 @@ for pass in $(seq 1 "$PASSES"); do
   fi
   for i in "${order[@]}"; do
     say "pass $pass: ${names[$i]}"
-    FLASHATTN_COMMIT=${names[$i]} "${trees[$i]}/build-ab/flashattn" bench --gpu --algo fa3 \
-      --json "$RAW/${names[$i]}-$pass.json" >>"$LOG" 2>&1 || say "bench of ${names[$i]} pass $pass FAILED"
+    FLASHATTN_COMMIT=${names[$i]} "${trees[$i]}/build-ab/flashattn" bench "${BENCH_ARGS[@]}" \
+      "${EXTRA_BENCH_ARGS[@]}" --json "$RAW/${names[$i]}-$pass.json" >>"$LOG" 2>&1 ||
+      say "bench of ${names[$i]} pass $pass FAILED"
   done
 done
 
@@ -104,8 +115,12 @@ done
 first=$RAW/${names[0]}-1.json
 if [ "${FA3_AB_PEERS:-1}" != 0 ] && python3 -c "import torch" >/dev/null 2>&1; then
   say "cuDNN through PyTorch SDPA"
-  python3 "$ROOT/bench/peers_sdpa.py" --backends cudnn --shapes-from "$first" --json "$RAW/peers.json" >>"$LOG" 2>&1 ||
-    say "peers FAILED"
+  if [ "$KIND" = decode ]; then
+    python3 "$ROOT/bench/peers_decode.py" --backends cudnn --json "$RAW/peers.json" >>"$LOG" 2>&1 || say "peers FAILED"
+  else
+    python3 "$ROOT/bench/peers_sdpa.py" --backends cudnn --shapes-from "$first" --json "$RAW/peers.json" \
+      >>"$LOG" 2>&1 || say "peers FAILED"
+  fi
 fi
 
 # ---- the tests of one tree ----
@@ -138,7 +153,7 @@ if [ -n "${FA3_AB_NCU:-}" ]; then
 fi
 
 # ---- one table ----
-python3 "$ROOT/bench/ab_table.py" "$RAW" "${names[@]}" | tee -a "$LOG"
+python3 "$ROOT/bench/ab_table.py" "${TABLE_ARGS[@]}" "$RAW" "${names[@]}" | tee -a "$LOG"
 # The table, and the raw results in one archive (each tree's pass files, the peers).
 mv "$RAW/ab.json" "$OUT/ab.json"
 (cd "$RAW" && tar -czf "$OUT/raw.tar.gz" -- *.json)

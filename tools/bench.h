@@ -19,6 +19,7 @@ struct BenchOptions {
   int threads = 0;                    // CPU: worker threads (0 = all)
   int repeat = 0;                     // timed runs (0 = the benchmark's default)
   int warmup = -1;                    // untimed runs first (-1 = the benchmark's default)
+  int splits = 0;                     // --decode: KV splits forced on every call (0 = the backend's choice)
 };
 
 int bench_cpu(const BenchOptions& options);

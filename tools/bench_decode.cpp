@@ -142,7 +142,7 @@ struct DecodeBuffers {
   }
 
   // The call on copy `c` of `shape`'s caches.
-  KVCacheArgs args(const DecodeShape& shape, bool paged, int c, bool check_indices = true) const {
+  KVCacheArgs args(const DecodeShape& shape, bool paged, int c, int splits, bool check_indices = true) const {
     const int64_t tokens = shape.batch * shape.seqlen_k;
     auto on_device = [](void* p, DType t, std::initializer_list<int64_t> dims) {
       return TensorView::contiguous(p, t, dims, Device::kCUDA, 0);
@@ -167,6 +167,7 @@ struct DecodeBuffers {
     }
     a.backend = Backend::kCUDA;
     a.check_indices = check_indices;
+    a.num_splits = splits;
     return a;
   }
 };
@@ -190,7 +191,8 @@ Status copy_ceiling(const DecodeBuffers& b, int warmup, int repeat, double* tbps
 #endif
 }
 
-Status measure(DecodeBuffers& buf, const DecodeShape& shape, bool paged, int warmup, int repeat, DecodeRow* r) {
+Status measure(DecodeBuffers& buf, const DecodeShape& shape, bool paged, int splits, int warmup, int repeat,
+               DecodeRow* r) {
   const int64_t tokens = shape.batch * shape.seqlen_k;
   r->batch = shape.batch;
   r->seqlen_k = shape.seqlen_k;
@@ -203,7 +205,7 @@ Status measure(DecodeBuffers& buf, const DecodeShape& shape, bool paged, int war
   // Validated once per copy; then only the backend runs.
   std::vector<detail::KVCacheProblem> problems(size_t(r->copies));
   for (int c = 0; c < r->copies; ++c) {
-    s = detail::make_kvcache_problem(buf.args(shape, paged, c), &problems[size_t(c)]);
+    s = detail::make_kvcache_problem(buf.args(shape, paged, c, splits), &problems[size_t(c)]);
     if (!s.ok()) return s;
   }
   // Milliseconds per call of call(copy) with `calls` calls queued between the events, rotating over the copies.
@@ -230,12 +232,12 @@ Status measure(DecodeBuffers& buf, const DecodeShape& shape, bool paged, int war
   r->tbps = tbps(r->ms);
   r->kernel = info.kernel;
 
-  s = per_call_ms(1, [&](int c) { return forward_kvcache(buf.args(shape, paged, c)); }, &r->api_ms);
+  s = per_call_ms(1, [&](int c) { return forward_kvcache(buf.args(shape, paged, c, splits)); }, &r->api_ms);
   if (!s.ok()) return s;
   r->api_tbps = tbps(r->api_ms);
 
   s = per_call_ms(kCallsPerTiming,
-                  [&](int c) { return forward_kvcache(buf.args(shape, paged, c, /*check_indices=*/false)); },
+                  [&](int c) { return forward_kvcache(buf.args(shape, paged, c, splits, /*check_indices=*/false)); },
                   &r->trusted_ms);
   if (!s.ok()) return s;
   r->trusted_tbps = tbps(r->trusted_ms);
@@ -272,6 +274,7 @@ int bench_decode(const BenchOptions& o) {
               "runs after %d warm-up\n",
               gpus.front().name.c_str(), driver_version().c_str(), (long long)kHeadsQ, (long long)kHeadsKV,
               (long long)kHeadDim, (long long)kSeqlenQ, repeat, warmup);
+  if (o.splits > 0) std::printf("KV splits forced: %d per sequence\n", o.splits);
   std::printf("device copy ceiling: %.2f TB/s (%.0f MiB read and written)\n", copy_tbps,
               double(buf.k.bytes()) / (1024.0 * 1024.0));
   std::printf("%3s %7s %-10s %8s %9s %7s %8s %9s %8s %10s  %s\n", "b", "seqlen", "layout", "MB", "us", "TB/s",
@@ -283,7 +286,7 @@ int bench_decode(const BenchOptions& o) {
       DecodeRow r;
       progress.phase("decode b " + std::to_string(shape.batch) + " seqlen_k " + std::to_string(shape.seqlen_k) +
                      (paged ? " paged" : " contiguous"));
-      s = measure(buf, shape, paged, warmup, repeat, &r);
+      s = measure(buf, shape, paged, o.splits, warmup, repeat, &r);
       progress.done();
       const std::string layout = paged ? "paged" + std::to_string(kPageSize) : "contiguous";
       if (!s.ok()) {
@@ -308,7 +311,7 @@ int bench_decode(const BenchOptions& o) {
     j.field("dtype", to_string(kDtype));
     j.field("heads_q", kHeadsQ).field("heads_kv", kHeadsKV).field("head_dim", kHeadDim).field("seqlen_q", kSeqlenQ);
     j.field("page_size", kPageSize).field("repeat", repeat).field("warmup", warmup);
-    j.field("calls_per_timing", kCallsPerTiming);
+    j.field("calls_per_timing", kCallsPerTiming).field("splits", o.splits > 0 ? std::to_string(o.splits) : "heuristic");
     j.field("bytes", "K and V read once: 2 * b * seqlen_k * heads_kv * head_dim * 2");
     j.field("timing", "kernel: calls queued back to back through the backend on a validated problem; api: single "
                       "forward_kvcache calls, index validation included; trusted: forward_kvcache calls with "

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "cpu/cpu_bench.h"
 #include "device_buffers.h"
+#include "flashattn/kvcache.h"
 #include "json_writer.h"
 
 namespace flashattn::cli {
@@ -146,7 +147,7 @@ int cmd_bench(int argc, char** argv, int first) {
                    "       flashattn bench --gpu [--algo fa3,fa2,fa1,standard] [--quick] [--repeat R] [--warmup W]\n"
                    "                       [--json FILE]\n"
                    "       flashattn bench --gpu --ablation [--repeat R] [--warmup W] [--json FILE]\n"
-                   "       flashattn bench --gpu --decode [--repeat R] [--warmup W] [--json FILE]",
+                   "       flashattn bench --gpu --decode [--splits S] [--repeat R] [--warmup W] [--json FILE]",
                    "CPU (default): fp32 forward GFLOP/s at seqlen 2048 and 4096, head_dim 64 and 128 (batch 1,\n"
                    "8 heads, non-causal), beside this machine's SGEMM rate measured in the same run.\n"
                    "GPU (--gpu): the FlashAttention papers' sweep in bf16: 16384 tokens (batch = 16384 / seqlen),\n"
@@ -164,7 +165,8 @@ int cmd_bench(int argc, char** argv, int first) {
                    "one query token: (batch, seqlen_k) = (1, 32k), (1, 128k), (16, 8k), (64, 4k), each with a\n"
                    "contiguous and a paged (page size 16) cache. TB/s of K and V read once, beside the device copy\n"
                    "rate measured in the same run; kernel time from calls queued back to back, and the time of one\n"
-                   "forward_kvcache call (index validation included).");
+                   "forward_kvcache call (index validation included). --splits forces that many KV splits on\n"
+                   "every call (default: the backend's heuristic).");
   parser.add_custom("backend", "NAME", "cpu or cuda (cuda = --gpu)", "cpu", [&](const std::string& t, std::string* e) {
     if (t == "cpu" || t == "cuda") {
       backend = t;
@@ -180,6 +182,8 @@ int cmd_bench(int argc, char** argv, int first) {
   parser.add_flag("quick", &o.quick, "a trimmed sweep (GPU: seqlen 1k/4k/16k, head_dim 64/128; CPU: seqlen 2048)");
   parser.add_flag("ablation", &o.ablation, "GPU: the fa3 ablation on one shape instead of the sweep");
   parser.add_flag("decode", &o.decode, "GPU: the KV-cache (decode) bandwidth benchmark instead of the sweep");
+  parser.add_int("splits", &o.splits, "S", "GPU --decode: KV splits per sequence (0 = the backend's choice)", 0,
+                 kMaxKVSplits);
   parser.add_int("threads", &o.threads, "T", "CPU worker threads (0 = all hardware threads)", 0, kMaxThreads);
   parser.add_int("repeat", &o.repeat, "R", "timed runs per shape (0 = 3 on cpu, 10 on gpu)", 0, kMaxRepeat);
   parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu; sweep, ablation: >= 200 ms)",
@@ -194,6 +198,10 @@ int cmd_bench(int argc, char** argv, int first) {
   if (o.decode && (parser.given("algo") || o.quick || o.ablation)) {
     parser.usage_error(std::string("--") + (o.ablation ? "ablation" : o.quick ? "quick" : "algo") +
                        " does not apply to --decode");
+    return kExitUsage;
+  }
+  if (!o.decode && parser.given("splits")) {
+    parser.usage_error("--splits applies to --decode only");
     return kExitUsage;
   }
   if (!o.gpu && (parser.given("algo") || o.ablation)) {

@@ -220,3 +220,32 @@ def test_ab_table_means_the_passes_and_divides_by_the_first_tree_and_cudnn(tmp_p
     # new / old: 126 / 105 = 1.2 and 40 / 50 = 0.8; geometric mean sqrt(0.96).
     assert "new / old: geometric mean %.3f, min 0.800, max 1.200" % (0.96 ** 0.5) in out
     assert "old / cudnn: geometric mean 0.500, min 0.500, max 0.500" in out
+
+
+def test_ab_table_decode_keys_rows_by_shape_and_layout(tmp_path, capsys):
+    def decode_file(path, rows):
+        with open(path, "w") as f:
+            json.dump({"gpu": {"name": "test GPU"}, "date": "d", "rows": [
+                {"b": b, "seqlen_k": n, "layout": layout, "TBps": tbps} for b, n, layout, tbps in rows]
+                + [{"b": 9, "seqlen_k": 9, "layout": "paged", "error": "refused"}]}, f)
+
+    decode_file(tmp_path / "base-1.json", [(1, 32768, "contiguous", 3.0), (1, 32768, "paged", 2.5)])
+    decode_file(tmp_path / "base-2.json", [(1, 32768, "contiguous", 3.2), (1, 32768, "paged", 2.5)])
+    decode_file(tmp_path / "new-1.json", [(1, 32768, "contiguous", 3.1), (1, 32768, "paged", 3.0)])
+    with open(tmp_path / "peers.json", "w") as f:
+        json.dump({"torch": "t", "cudnn": 1, "rows": [
+            {"impl": "cudnn", "b": 1, "seqlen_k": 32768, "layout": "contiguous", "TBps": 3.1},
+            {"impl": "flash", "b": 1, "seqlen_k": 32768, "layout": "contiguous", "TBps": 9.0}]}, f)
+    assert ab_table.main(["--decode", str(tmp_path), "base", "new"]) == 0
+    with open(tmp_path / "ab.json") as f:
+        result = json.load(f)
+    assert result["unit"] == "TB/s" and result["passes"] == 2
+    rows = {(r["b"], r["seqlen_k"], r["layout"]): r for r in result["table"]}
+    assert sorted(rows) == [(1, 32768, "contiguous"), (1, 32768, "paged")]  # the failed row left out
+    assert rows[(1, 32768, "contiguous")]["base"] == {"mean": 3.1, "passes": [3.0, 3.2]}
+    assert rows[(1, 32768, "contiguous")]["cudnn"] == 3.1 and rows[(1, 32768, "paged")]["cudnn"] is None
+    out = capsys.readouterr().out
+    # new / base: 3.1 / 3.1 = 1 and 3.0 / 2.5 = 1.2.
+    assert "new / base: geometric mean %.3f, min 1.000, max 1.200" % (1.2 ** 0.5) in out
+    assert "base / cudnn: geometric mean 1.000" in out
+

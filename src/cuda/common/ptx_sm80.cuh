@@ -35,6 +35,14 @@ __device__ __forceinline__ void cp_async_16_prefetch_128(void* smem_dst, const v
                "l"(gmem_src), "r"(src_bytes)
                : "memory");
 }
+// 4-byte global -> shared copy (through L1), zero-filling and reading nothing with `valid` false; the decode
+// kernels fetch block-table entries with it, in the same commit groups as the cache rows they address.
+__device__ __forceinline__ void cp_async_4(void* smem_dst, const void* gmem_src, bool valid) {
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem_dst)), "l"(gmem_src),
+               "r"(src_bytes)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most `kPending` of the most recent commit groups are still in flight.
 template <int kPending>

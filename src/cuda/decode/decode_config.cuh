@@ -57,7 +57,13 @@ struct DecodeConfig {
   static constexpr int kQBytes = kQElems * kElemBytes;
   // After the key loop the ring is reused for the warps' fp32 partial outputs and row statistics.
   static constexpr int kCombineBytes = (kWarps * kRowsPerTile * kHeadDim + 2 * kWarps * kRowsPerTile) * 4;
-  static constexpr int kSmemBytes = kQBytes + (kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes);
+  // Paged caches: each warp's ring of block-table entries (one per key of a block), fetched 2 * (kStages - 1)
+  // blocks ahead of use (WarpKVLoader), after the K/V ring or its combine buffer. 4 bytes an entry keep two
+  // CTAs of the head-dim-64 kernel on one SM (2 x 115 KB).
+  static constexpr int kLookupSlots = 2 * (kStages - 1);
+  static constexpr int kLookupBytes = kWarps * kLookupSlots * kKeysPerBlock * 4;
+  static constexpr int kLookupOffset = kQBytes + (kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes);
+  static constexpr int kSmemBytes = kLookupOffset + kLookupBytes;
   // K/V bytes (padding excluded) one CTA keeps in flight: kStages - 1 blocks of K and V per warp.
   static constexpr int kBytesInFlight = kWarps * (kStages - 1) * 2 * kKeysPerBlock * kHeadDim * kElemBytes;
 
