@@ -50,6 +50,23 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Programmatic dependent launch (sm90+; no-ops on older devices, where launches never overlap). A kernel
+// launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the kernel before it on
+// the stream is still finishing: grid_dependency_wait() returns once that kernel has completed and its
+// memory is visible, so it must come before the kernel's first global read or write.
+// grid_dependents_may_launch() lets the next kernel on the stream start launching (when every CTA of this
+// one has called it or exited); that kernel still waits for this one's completion before touching memory.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependents_may_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // ldmatrix: each lane supplies one 16-byte row address; x4 loads four 8x8 b16 matrices.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

@@ -32,6 +32,7 @@ using decode::DecodeParams;
 static_assert(decode::kMaxSplits == kMaxKVSplits, "the kernel's split limit must equal the API's");
 
 constexpr int kMinComputeCapability = 8;      // cp.async, bf16 mma.sync
+constexpr int kMinPdlComputeCapability = 9;   // griddepcontrol (programmatic dependent launch)
 constexpr int64_t kGridYZLimit = 65535;       // gridDim.y (KV heads x row tiles) and gridDim.z (batch)
 constexpr int64_t kCpAsyncAlignBytes = 16;
 constexpr int kAppendThreads = 256;
@@ -212,7 +213,8 @@ Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
   }
   if (p.seqlen_q > 0) {
     const dim3 grid(unsigned(splits), unsigned(p.heads_kv * row_tiles(p)), unsigned(p.batch));
-    s = k.launch(p.dtype, params, grid, ctx.stream);
+    // sm90+: programmatic dependent launch (the kernel waits for the append or whatever ran before it).
+    s = k.launch(p.dtype, params, grid, ctx.stream, /*pdl=*/ctx.cc_major >= kMinPdlComputeCapability);
     if (!s.ok()) return s;
   }
   s = own_tickets.release();

@@ -331,6 +331,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* ring = sQ + Cfg::kQElems;  // [kWarps][kStages][K block, V block]
   __shared__ int s_last;        // this CTA is the tile's last to arrive
+  // Launched with programmatic stream serialization on sm90 (decode_launch.cuh): the kernel before this one
+  // on the stream (the append, a previous call, the caller's own work) may still be running. Nothing below
+  // reads or writes global memory before it has completed.
+  grid_dependency_wait();
 
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y / p.m_tiles;
@@ -443,6 +447,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
     attend_block<Cfg, T>(st, p, sQ, stage_k(j), stage_k(j) + Cfg::kBlockElems, lane, block_of(j) * kKeysPerBlock);
   }
   cp_async_wait<0>();
+  // This CTA's loads are done: the next kernel on the stream may start launching into the SMs that the
+  // CTAs leave from now on (it waits for this kernel's completion before it touches memory).
+  grid_dependents_may_launch();
 
   // ---- merge the warps: the ring becomes fp32 [kWarps][kRowsPerTile][kHeadDim] plus row max / sum ------
   __syncthreads();  // every warp is done with its ring

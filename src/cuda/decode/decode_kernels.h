@@ -16,7 +16,9 @@ struct DecodeKernel {
   int planned_ctas_per_sm = 0;  // the CTAs per SM its launch bounds and shared memory are sized for
   // Opts the kernel into its shared memory and reports how many CTAs fit on one SM.
   Status (*prepare)(DType dtype, int* ctas_per_sm) = nullptr;
-  Status (*launch)(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream) = nullptr;
+  // pdl: launch with programmatic stream serialization (sm90+), so that the kernel's launch overlaps the
+  // end of the kernel before it on the stream (the kernel waits for that one before touching memory).
+  Status (*launch)(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) = nullptr;
 };
 
 DecodeKernel decode_kernel_hd64();

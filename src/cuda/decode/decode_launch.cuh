@@ -26,14 +26,27 @@ Status prepare(DType dtype, int* ctas_per_sm) {
                                   : prepare_typed<Cfg, __nv_bfloat16>(ctas_per_sm);
 }
 
-template <typename Cfg>
-Status launch(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream) {
-  if (dtype == DType::kFloat16)
-    decode_splitkv_kernel<Cfg, __half><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  else
-    decode_splitkv_kernel<Cfg, __nv_bfloat16><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  FA_CUDA_RETURN_IF_LAUNCH_ERROR("decode_splitkv_kernel");
+template <typename Cfg, typename T>
+Status launch_typed(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(Cfg::kThreads);
+  config.dynamicSmemBytes = Cfg::kSmemBytes;
+  config.stream = stream;
+  config.attrs = pdl ? &attr : nullptr;
+  config.numAttrs = pdl ? 1 : 0;
+  // cudaLaunchKernelEx returns the launch's own errors (configuration, resources).
+  FA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, decode_splitkv_kernel<Cfg, T>, p));
   return Status::Ok();
+}
+
+template <typename Cfg>
+Status launch(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  return dtype == DType::kFloat16 ? launch_typed<Cfg, __half>(p, grid, stream, pdl)
+                                  : launch_typed<Cfg, __nv_bfloat16>(p, grid, stream, pdl);
 }
 
 template <typename Cfg>
