@@ -141,47 +141,99 @@ TEST(DecodeGpuSplits, OneThreeAndMaximumAgree) {
 
 // Several split calls queued back to back on one non-default stream: each relies on the merge tickets the
 // previous one left at zero, and nothing may run on another stream.
+// Queues one call per entry of `splits` (its num_splits) on one non-default stream, each into its own out
+// and lse, and checks every result against the reference: the per-stream tickets and claim counters must
+// be back at zero after each call.
+void expect_back_to_back_calls_match(const KVCaseSpec& s, const std::vector<int>& splits, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  HostKVCase c(s, rng);
+  const KVExpected e = expected_for(c);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const size_t calls = splits.size();
+  std::vector<HostKVCase> results(calls, c);
+  {
+    DeviceKVCase d(c);
+    std::vector<DeviceTensor> outs(calls), lses(calls);
+    for (size_t i = 0; i < calls; ++i) {
+      outs[i].upload(c.out);
+      lses[i].upload(c.lse);
+      fa::KVCacheArgs a = d.args();
+      a.out = outs[i].view();
+      a.lse = lses[i].view();
+      a.stream = stream;
+      a.num_splits = splits[i];
+      const fa::Status st = fa::forward_kvcache(a);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    for (size_t i = 0; i < calls; ++i) {
+      outs[i].download(&results[i].out);
+      lses[i].download(&results[i].lse);
+    }
+  }
+  cudaStreamDestroy(stream);
+  for (size_t i = 0; i < calls; ++i) {
+    SCOPED_TRACE("call " + std::to_string(i) + ", num_splits " + std::to_string(splits[i]));
+    fa::testing::expect_matches_reference("out", results[i].out, e.exact.out, e.naive.out, s.dtype);
+    fa::testing::expect_matches_reference("lse", results[i].lse, e.lse_exact, e.lse_naive, s.dtype);
+  }
+}
+
 TEST(DecodeGpuSplits, BackToBackCallsOnOneStreamReuseTheTickets) {
   FA_SKIP_WITHOUT_GPU();
   const uint64_t seed = announce_seed("stream");
   SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
   KVCaseSpec s = decode_spec();
   s.cache_lens = {3000, 5000};
   s.heads_q = 8;
   s.heads_kv = 2;
   s.page_size = 64;
-  HostKVCase c(s, rng);
-  const KVExpected e = expected_for(c);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  constexpr int kCalls = 4;
-  std::vector<HostKVCase> results(kCalls, c);
-  {
-    DeviceKVCase d(c);
-    std::vector<DeviceTensor> outs(kCalls), lses(kCalls);
-    for (int i = 0; i < kCalls; ++i) {
-      outs[size_t(i)].upload(c.out);
-      lses[size_t(i)].upload(c.lse);
-      fa::KVCacheArgs a = d.args();
-      a.out = outs[size_t(i)].view();
-      a.lse = lses[size_t(i)].view();
-      a.stream = stream;
-      a.num_splits = i % 2 ? 0 : 7;
-      const fa::Status st = fa::forward_kvcache(a);
-      ASSERT_TRUE(st.ok()) << st.to_string();
-    }
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    for (int i = 0; i < kCalls; ++i) {
-      outs[size_t(i)].download(&results[size_t(i)].out);
-      lses[size_t(i)].download(&results[size_t(i)].lse);
-    }
+  expect_back_to_back_calls_match(s, {7, 0, 7, 0}, seed);
+}
+
+// Long sequences with the heuristic's many splits, back to back on one stream: a 60000-key sequence in 4
+// tiles gets 33 splits on the wide head-dim-128 kernel (66 on the head-dim-64 one), the 1000-key sequence
+// beside it 3. Contiguous, page 16 and page 1 (a block-table entry per key), three heuristic calls and a
+// forced count after them.
+TEST(DecodeGpuSplits, LongSequencesWithManySplitsOnBackToBackCalls) {
+  FA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = announce_seed("long splits");
+  struct Case {
+    int64_t head_dim, page_size;
+  };
+  for (const Case k : {Case{128, 0}, Case{128, 16}, Case{64, 1}}) {
+    KVCaseSpec s = decode_spec();
+    s.cache_lens = {60000, 1000};
+    s.heads_q = 8;
+    s.heads_kv = 2;
+    s.head_dim = k.head_dim;
+    s.page_size = k.page_size;
+    SCOPED_TRACE(s.name() + ", seed " + std::to_string(seed));
+    expect_back_to_back_calls_match(s, {0, 0, 0, 9}, seed);
   }
-  cudaStreamDestroy(stream);
-  for (int i = 0; i < kCalls; ++i) {
-    SCOPED_TRACE("call " + std::to_string(i));
-    fa::testing::expect_matches_reference("out", results[size_t(i)].out, e.exact.out, e.naive.out, s.dtype);
-    fa::testing::expect_matches_reference("lse", results[size_t(i)].lse, e.lse_exact, e.lse_naive, s.dtype);
+}
+
+// The split heuristic counts on each kernel's planned CTAs per SM (its launch bounds and shared memory):
+// on an SM with 228 KB of shared memory (sm90), every kernel must fit that many. The head-dim-64 kernel's
+// two CTAs leave less than 0.5 KB of it (2 x (113 KB + 1 KB reserved)), so a little more shared memory would
+// halve its occupancy without any other sign.
+TEST(DecodeGpuKernels, EachKernelFitsItsPlannedCtasPerSm) {
+  FA_SKIP_WITHOUT_GPU();
+  int smem_per_sm = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0), cudaSuccess);
+  constexpr int kSm90SmemPerSm = 228 * 1024;
+  if (smem_per_sm < kSm90SmemPerSm) GTEST_SKIP() << "the kernels are sized for 228 KB of shared memory per SM";
+  namespace dk = flashattn::cuda::decode;
+  for (const dk::DecodeKernel& k : {dk::decode_kernel_hd64(), dk::decode_kernel_hd128(),
+                                    dk::decode_kernel_hd128_wide(), dk::decode_kernel_hd256()}) {
+    for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      int ctas = 0;
+      const fa::Status st = k.prepare(dtype, &ctas);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      EXPECT_EQ(ctas, k.planned_ctas_per_sm) << "head dim " << k.head_dim << ", " << k.warps << " warps, "
+                                             << k.smem_bytes << " bytes of shared memory, " << fa::to_string(dtype);
+    }
   }
 }
 
