@@ -124,7 +124,7 @@ def decode_rows(torch, args, backends, copy_tbps):
 def main(argv):
     args = parse_args(argv)
     torch, backends = torch_and_backends("peers_decode", args.backends)
-    commit = head_commit() or os.environ.get("FLASHATTN_COMMIT", "unknown")
+    commit = os.environ.get("FLASHATTN_COMMIT") or head_commit() or "unknown"
     result = start_peer_result(torch, "peers_decode", args, commit=commit)
     result.update({
         "dtype": "bf16", "heads_q": HEADS_Q, "heads_kv": HEADS_KV, "head_dim": HEAD_DIM, "seqlen_q": SEQLEN_Q,

@@ -16,8 +16,9 @@
 # standard on the quick subset; quick: everything on the subset; full: everything on the whole sweep),
 # FLASHATTN_SANITIZER_FILTER, FLASHATTN_RACECHECK_FILTER, FLASHATTN_FA3_SANITIZER_FILTER (fa3 tests run
 # under both tools),
-# FLASHATTN_COMMIT (recorded in the results; taken from git when unset: set it where the checkout's git
-# metadata may not match the tree).
+# FLASHATTN_COMMIT (recorded in the results; taken from git when unset, with "+dirty" appended when the
+# tracked files differ from that commit: set it where the checkout's git metadata may not match the tree).
+# The summary ends with the fa3/fa2 table and the decode table, each beside the peers and ceilings.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -56,6 +57,9 @@ touch "$TMP/start"
 
 if [ -z "${FLASHATTN_COMMIT:-}" ] && git -C "$ROOT" rev-parse HEAD >/dev/null 2>&1; then
   FLASHATTN_COMMIT=$(git -C "$ROOT" rev-parse HEAD)
+  # A tree whose tracked files differ from that commit (local edits, or a copy of a newer tree beside older
+  # git metadata) is not that commit: say so in every result.
+  git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || FLASHATTN_COMMIT=$FLASHATTN_COMMIT+dirty
 fi
 export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-unknown}
 
@@ -298,7 +302,8 @@ else
   python3 "$ROOT/bench/peers_decode.py" --json "$TMP/decode_peers.json" >>"$TESTS_LOG" 2>&1
   if [ -f "$TMP/decode_ours.json" ]; then
     python3 "$ROOT/bench/compare.py" --ours "$TMP/decode_ours.json" --peers "$TMP/decode_peers.json" \
-      --out "$OUT/decode.json" >>"$TESTS_LOG" 2>&1
+      --out "$OUT/decode.json" >"$TMP/decode_compare.txt" 2>&1
+    cat "$TMP/decode_compare.txt" >>"$TESTS_LOG"
   fi
   if [ $dec_test_rc -eq 0 ] && [ $dec_bench_rc -eq 0 ]; then row decode ok "tests and bench ($(elapsed "$t0"))"
   else row decode FAILED "tests rc $dec_test_rc, bench rc $dec_bench_rc (tests.log)"; fi
@@ -311,6 +316,7 @@ fi
   printf '%-20s %-8s %s\n' step status detail
   printf '%s\n' "${ROWS[@]}"
   if [ -f "$TMP/compare.txt" ]; then echo; cat "$TMP/compare.txt"; fi
+  if [ -f "$TMP/decode_compare.txt" ]; then echo; cat "$TMP/decode_compare.txt"; fi
 } >"$SUMMARY"
 cat "$SUMMARY"
 grep -q ' FAILED ' "$SUMMARY" && exit 1
