@@ -17,50 +17,45 @@ import os
 import sys
 
 
-def fa3_rows(path):
-    """{(d, N, causal): TFLOP/s} of the fa3 forward rows of one bench file, and the file's contents."""
+def load(path):
+    """A JSON file's contents, or None where it is missing or unreadable."""
     try:
         with open(path) as f:
-            data = json.load(f)
+            return json.load(f)
     except (OSError, ValueError):
-        return {}, {}
-    got = {}
-    for r in data.get("rows", []):
-        if r.get("algo") == "fa3" and r.get("direction") == "fwd" and r.get("tflops"):
-            got[(r["d"], r["N"], bool(r["causal"]))] = r["tflops"]
-    return got, data
+        return None
+
+
+def rows_of(path, keep, key, value):
+    """{key(row): row[value]} of the rows of one file that `keep` accepts and that have a value, and the
+    file's contents (None if absent)."""
+    data = load(path)
+    if data is None:
+        return {}, None
+    return {key(r): r[value] for r in data.get("rows", []) if keep(r) and r.get(value)}, data
+
+
+def fa3_rows(path):
+    """{(d, N, causal): TFLOP/s} of the fa3 forward rows of one `flashattn bench --gpu` file."""
+    return rows_of(path, lambda r: r.get("algo") == "fa3" and r.get("direction") == "fwd",
+                   lambda r: (r["d"], r["N"], bool(r["causal"])), "tflops")
 
 
 def cudnn_rows(path):
-    """{(d, N, causal): TFLOP/s} of cuDNN's forward rows, and the file's contents (None if absent)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}, None
-    return {(r["d"], r["N"], bool(r["causal"])): r["tflops"] for r in data.get("rows", [])
-            if r.get("impl") == "cudnn" and r.get("direction") == "fwd" and r.get("tflops")}, data
+    """{(d, N, causal): TFLOP/s} of cuDNN's forward rows of bench/peers_sdpa.py."""
+    return rows_of(path, lambda r: r.get("impl") == "cudnn" and r.get("direction") == "fwd",
+                   lambda r: (r["d"], r["N"], bool(r["causal"])), "tflops")
 
 
 def decode_rows(path):
-    """{(b, seqlen_k, layout): TB/s} of one `flashattn bench --gpu --decode` file, and the file's contents."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}, {}
-    return {(r["b"], r["seqlen_k"], r["layout"]): r["TBps"] for r in data.get("rows", []) if r.get("TBps")}, data
+    """{(b, seqlen_k, layout): TB/s} of one `flashattn bench --gpu --decode` file."""
+    return rows_of(path, lambda r: True, lambda r: (r["b"], r["seqlen_k"], r["layout"]), "TBps")
 
 
 def cudnn_decode_rows(path):
-    """{(b, seqlen_k, layout): TB/s} of cuDNN's rows of bench/peers_decode.py, and the contents (None if absent)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}, None
-    return {(r["b"], r["seqlen_k"], r["layout"]): r["TBps"] for r in data.get("rows", [])
-            if r.get("impl") == "cudnn" and r.get("TBps")}, data
+    """{(b, seqlen_k, layout): TB/s} of cuDNN's rows of bench/peers_decode.py."""
+    return rows_of(path, lambda r: r.get("impl") == "cudnn", lambda r: (r["b"], r["seqlen_k"], r["layout"]),
+                   "TBps")
 
 
 # What each kind reads: the rows of our files, the peer's rows, the names of the key's fields, the unit.
@@ -78,7 +73,7 @@ def build(directory, names, kind="fa3"):
     """The table as ab.json holds it, and the summary lines."""
     ours, peer, fields, unit = KINDS[kind]
     runs = {n: [ours(p)[0] for p in sorted(glob.glob(os.path.join(directory, n + "-*.json")))] for n in names}
-    meta = ours(os.path.join(directory, names[0] + "-1.json"))[1]
+    meta = ours(os.path.join(directory, names[0] + "-1.json"))[1] or {}
     peers, peer_data = peer(os.path.join(directory, "peers.json"))
     keys = sorted(set().union(*[set(r) for rs in runs.values() for r in rs]))
     table = []
