@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cuda/decode/decode_heuristic.h"
@@ -384,13 +385,24 @@ void run_decode(const char* cfg_name, int sm_count, LabProbe* d_probe, unsigned 
         std::vector<int> per(sm_count, 0);
         for (auto& x : pr) if (x.t0 && x.smid < unsigned(sm_count)) per[x.smid]++;
         int mn = *std::min_element(per.begin(), per.end()), mx = *std::max_element(per.begin(), per.end());
+        // Per SM, when its last CTA's key loop ended (-1: no CTA ran there): which SMs run fast or slow.
+        std::vector<double> sm_end(sm_count, -1.0);
+        for (auto& x : pr)
+          if (x.t0 && x.smid < unsigned(sm_count)) sm_end[x.smid] = std::max(sm_end[x.smid], (x.t1 - t0) * 1e-3);
+        std::string sm_list;
+        for (int i = 0; i < sm_count; ++i) {
+          char cell[32];
+          snprintf(cell, sizeof(cell), "%s%.1f", i ? "," : "", sm_end[i]);
+          sm_list += cell;
+        }
         printf("{\"exp\":\"decode\",\"cfg\":\"%s\",\"layout\":\"%s\",\"b\":%d,\"n\":%d,\"splits\":%d,\"ctas\":%d,\"per_sm_occ\":%d,"
                "\"us\":%.2f,\"TBps\":%.3f,\"probe_span_us\":%.2f,\"start_p50\":%.2f,\"start_max\":%.2f,"
                "\"loop_end_min\":%.2f,\"loop_end_p10\":%.2f,\"loop_end_p50\":%.2f,\"loop_end_p90\":%.2f,\"loop_end_max\":%.2f,"
-               "\"write_end_max\":%.2f,\"merge_end_max\":%.2f,\"ctas_per_sm_min\":%d,\"ctas_per_sm_max\":%d}\n",
+               "\"write_end_max\":%.2f,\"merge_end_max\":%.2f,\"ctas_per_sm_min\":%d,\"ctas_per_sm_max\":%d,"
+               "\"sm_loop_end_max\":[%s]}\n",
                cfg_name, layout == 0 ? "bshd" : "bhsd", s.b, s.n, splits, ctas, per_sm, us, 2.0 * bytes / 1e12 / (us * 1e-6),
                (tend - t0) * 1e-3, pct(st, 0.5), pct(st, 1.0), pct(le, 0.0), pct(le, 0.1), pct(le, 0.5), pct(le, 0.9),
-               pct(le, 1.0), pct(we, 1.0), merge_max, mn, mx);
+               pct(le, 1.0), pct(we, 1.0), merge_max, mn, mx, sm_list.c_str());
         fflush(stdout);
       }
     }
