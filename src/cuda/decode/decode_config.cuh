@@ -59,7 +59,7 @@ struct DecodeConfig {
   static constexpr int kCombineBytes = (kWarps * kRowsPerTile * kHeadDim + 2 * kWarps * kRowsPerTile) * 4;
   // Paged caches: each warp's ring of block-table entries (one per key of a block), fetched 2 * (kStages - 1)
   // blocks ahead of use (WarpKVLoader), after the K/V ring or its combine buffer. 4 bytes an entry keep two
-  // CTAs of the head-dim-64 kernel on one SM (2 x 115 KB).
+  // CTAs of the head-dim-64 kernel on one SM (2 x 113 KB).
   static constexpr int kLookupSlots = 2 * (kStages - 1);
   static constexpr int kLookupBytes = kWarps * kLookupSlots * kKeysPerBlock * 4;
   static constexpr int kLookupOffset = kQBytes + (kRingBytes > kCombineBytes ? kRingBytes : kCombineBytes);
