@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """One table from an A/B of scripts/fa3_ab.sh: every shape with each tree's rate (mean of its passes, and
 each pass), cuDNN's where the peer script ran, and the geometric means of each tree against the first tree
-and against cuDNN. Two kinds: the fa3 forward sweep (TFLOP/s; peers of bench/peers_sdpa.py) and, with
---decode, the KV-cache benchmark (TB/s per batch, seqlen_k and layout; peers of bench/peers_decode.py,
+and against the peer. Three kinds: the fa3 forward sweep (TFLOP/s against cuDNN, of bench/peers_sdpa.py),
+with --fa2 the fa2 sweep (TFLOP/s per direction against SDPA's flash backend, which is FA2) and, with
+--decode, the KV-cache benchmark (TB/s per batch, seqlen_k and layout; cuDNN of bench/peers_decode.py,
 contiguous caches only).
 
-Usage: bench/ab_table.py [--decode] DIR NAME [NAME ...]
-  DIR holds NAME-PASS.json (`flashattn bench --gpu --algo fa3 --json`, or `--gpu --decode --json`;
-  PASS = 1, 2, ...) for every NAME and, optionally, peers.json; writes DIR/ab.json and prints the table.
+Usage: bench/ab_table.py [--fa2 | --decode] DIR NAME [NAME ...]
+  DIR holds NAME-PASS.json (`flashattn bench --gpu --algo fa3 --json`, `--algo fa2`, or `--gpu --decode
+  --json`; PASS = 1, 2, ...) for every NAME and, optionally, peers.json; writes DIR/ab.json and prints the
+  table.
 """
 
 import glob
@@ -41,6 +43,18 @@ def fa3_rows(path):
                    lambda r: (r["d"], r["N"], bool(r["causal"])), "tflops")
 
 
+def fa2_rows(path):
+    """{(direction, d, N, causal): TFLOP/s} of the fa2 rows of one `flashattn bench --gpu` file."""
+    return rows_of(path, lambda r: r.get("algo") == "fa2",
+                   lambda r: (r["direction"], r["d"], r["N"], bool(r["causal"])), "tflops")
+
+
+def flash_rows(path):
+    """{(direction, d, N, causal): TFLOP/s} of SDPA flash's rows of bench/peers_sdpa.py."""
+    return rows_of(path, lambda r: r.get("impl") == "flash",
+                   lambda r: (r["direction"], r["d"], r["N"], bool(r["causal"])), "tflops")
+
+
 def cudnn_rows(path):
     """{(d, N, causal): TFLOP/s} of cuDNN's forward rows of bench/peers_sdpa.py."""
     return rows_of(path, lambda r: r.get("impl") == "cudnn" and r.get("direction") == "fwd",
@@ -58,10 +72,12 @@ def cudnn_decode_rows(path):
                    "TBps")
 
 
-# What each kind reads: the rows of our files, the peer's rows, the names of the key's fields, the unit.
+# What each kind reads: the rows of our files, the peer's rows and its name, the names of the key's fields,
+# the unit.
 KINDS = {
-    "fa3": (fa3_rows, cudnn_rows, ("d", "N", "causal"), "TFLOP/s"),
-    "decode": (decode_rows, cudnn_decode_rows, ("b", "seqlen_k", "layout"), "TB/s"),
+    "fa3": (fa3_rows, cudnn_rows, "cudnn", ("d", "N", "causal"), "TFLOP/s"),
+    "fa2": (fa2_rows, flash_rows, "flash", ("dir", "d", "N", "causal"), "TFLOP/s"),
+    "decode": (decode_rows, cudnn_decode_rows, "cudnn", ("b", "seqlen_k", "layout"), "TB/s"),
 }
 
 
@@ -71,7 +87,7 @@ def geomean(values):
 
 def build(directory, names, kind="fa3"):
     """The table as ab.json holds it, and the summary lines."""
-    ours, peer, fields, unit = KINDS[kind]
+    ours, peer, peer_name, fields, unit = KINDS[kind]
     runs = {n: [ours(p)[0] for p in sorted(glob.glob(os.path.join(directory, n + "-*.json")))] for n in names}
     meta = ours(os.path.join(directory, names[0] + "-1.json"))[1] or {}
     peers, peer_data = peer(os.path.join(directory, "peers.json"))
@@ -81,9 +97,9 @@ def build(directory, names, kind="fa3"):
         row = dict(zip(fields, k))
         for n in names:
             vals = [r[k] for r in runs[n] if k in r]
-            mean = round(sum(vals) / len(vals), 1 if kind == "fa3" else 4) if vals else None
+            mean = round(sum(vals) / len(vals), 4 if kind == "decode" else 1) if vals else None
             row[n] = {"mean": mean, "passes": vals}
-        row["cudnn"] = peers.get(k)
+        row[peer_name] = peers.get(k)
         table.append(row)
     lines = []
     for n in names[1:]:
@@ -92,28 +108,29 @@ def build(directory, names, kind="fa3"):
             lines.append("%s / %s: geometric mean %.3f, min %.3f, max %.3f" %
                          (n, names[0], geomean(ratios), min(ratios), max(ratios)))
     for n in names:
-        ratios = [r[n]["mean"] / r["cudnn"] for r in table if r[n]["mean"] and r["cudnn"]]
+        ratios = [r[n]["mean"] / r[peer_name] for r in table if r[n]["mean"] and r[peer_name]]
         if ratios:
-            lines.append("%s / cudnn: geometric mean %.3f, min %.3f, max %.3f" %
-                         (n, geomean(ratios), min(ratios), max(ratios)))
+            lines.append("%s / %s: geometric mean %.3f, min %.3f, max %.3f" %
+                         (n, peer_name, geomean(ratios), min(ratios), max(ratios)))
     result = {"experiment": "%s A/B (scripts/fa3_ab.sh)" % kind, "unit": unit, "trees": names,
               "gpu": meta.get("gpu"), "date": meta.get("date"), "passes": len(runs[names[0]]), "table": table,
-              "peers": {"torch": peer_data.get("torch"), "cudnn": peer_data.get("cudnn")} if peer_data else None}
+              "peers": {"torch": peer_data.get("torch"), "cudnn": peer_data.get("cudnn")} if peer_data else None,
+              "peer": peer_name}
     return result, lines
 
 
 def main(argv):
     kind = "fa3"
-    if argv and argv[0] == "--decode":
-        kind, argv = "decode", argv[1:]
+    if argv and argv[0] in ("--decode", "--fa2"):
+        kind, argv = argv[0][2:], argv[1:]
     if len(argv) < 2:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     directory, names = argv[0], argv[1:]
     result, lines = build(directory, names, kind)
-    fields = KINDS[kind][2]
-    key_format = "%4s %6s %-10s "
-    print(key_format % fields + " ".join("%16s" % n for n in names) + " %8s" % "cudnn")
+    peer_name, fields = KINDS[kind][2], KINDS[kind][3]
+    key_format = ("%4s " if len(fields) > 3 else "") + "%4s %6s %-10s "
+    print(key_format % fields + " ".join("%16s" % n for n in names) + " %8s" % peer_name)
     for row in result["table"]:
         cells = []
         for n in names:
@@ -121,8 +138,8 @@ def main(argv):
             cells.append(("%7.3f (%5.3f)" if kind == "decode" else "%7.1f (%5.1f)") %
                          (cell["mean"], max(cell["passes"]) - min(cell["passes"]))
                          if cell["passes"] else "%16s" % "-")
-        cudnn = ("%.2f" if kind == "decode" else "%.1f") % row["cudnn"] if row["cudnn"] else "-"
-        print(key_format % tuple(str(row[f]) for f in fields) + " ".join(cells) + " %8s" % cudnn)
+        peer = ("%.2f" if kind == "decode" else "%.1f") % row[peer_name] if row[peer_name] else "-"
+        print(key_format % tuple(str(row[f]) for f in fields) + " ".join(cells) + " %8s" % peer)
     for line in lines:
         print(line)
     with open(os.path.join(directory, "ab.json"), "w") as f:

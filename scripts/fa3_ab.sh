@@ -15,6 +15,8 @@
 # FA3_AB_WATCHDOG=1 builds them apart with the mbarrier watchdog, so that a hang also names its barrier),
 # JOBS (default nproc). Every step prints into OUT/ab.log as it goes (the sweeps' rows too), so a run
 # stopped part way still leaves its numbers there.
+# FA3_AB_BENCH=fa2 sweeps `--algo fa2` instead (FA3_AB_BENCH_ARGS="--dir fwd" for its forward rows only),
+# with SDPA's flash backend (FA2 itself) as the peer.
 # FA3_AB_BENCH=decode A/Bs the KV-cache kernels instead: `flashattn bench --gpu --decode` per tree and pass
 # (FA3_AB_BENCH_ARGS appended, e.g. "--splits 4"), bench/peers_decode.py's cuDNN rows, a TB/s table, and
 # the tests filter *DecodeGpu* by default.
@@ -35,8 +37,9 @@ PASSES=${FA3_AB_PASSES:-2}
 KIND=${FA3_AB_BENCH:-fa3}
 case $KIND in
   fa3) BENCH_ARGS=(--gpu --algo fa3) TABLE_ARGS=() DEFAULT_FILTER='Fa3*:*GpuForward*fa3*' ;;
+  fa2) BENCH_ARGS=(--gpu --algo fa2) TABLE_ARGS=(--fa2) DEFAULT_FILTER='*Fa2*:*GpuForward*fa2*:*GpuBackward*fa2*' ;;
   decode) BENCH_ARGS=(--gpu --decode) TABLE_ARGS=(--decode) DEFAULT_FILTER='*DecodeGpu*' ;;
-  *) echo "fa3_ab: FA3_AB_BENCH must be fa3 or decode, got '$KIND'" >&2; exit 2 ;;
+  *) echo "fa3_ab: FA3_AB_BENCH must be fa3, fa2 or decode, got '$KIND'" >&2; exit 2 ;;
 esac
 read -r -a EXTRA_BENCH_ARGS <<<"${FA3_AB_BENCH_ARGS:-}"
 TEST_FILTER=${FA3_AB_TEST_FILTER:-$DEFAULT_FILTER}
@@ -114,11 +117,13 @@ done
 # ---- the peer, once ----
 first=$RAW/${names[0]}-1.json
 if [ "${FA3_AB_PEERS:-1}" != 0 ] && python3 -c "import torch" >/dev/null 2>&1; then
-  say "cuDNN through PyTorch SDPA"
+  peer=cudnn
+  [ "$KIND" = fa2 ] && peer=flash  # FA2 itself
+  say "$peer through PyTorch SDPA"
   if [ "$KIND" = decode ]; then
     python3 "$ROOT/bench/peers_decode.py" --backends cudnn --json "$RAW/peers.json" >>"$LOG" 2>&1 || say "peers FAILED"
   else
-    python3 "$ROOT/bench/peers_sdpa.py" --backends cudnn --shapes-from "$first" --json "$RAW/peers.json" \
+    python3 "$ROOT/bench/peers_sdpa.py" --backends "$peer" --shapes-from "$first" --json "$RAW/peers.json" \
       >>"$LOG" 2>&1 || say "peers FAILED"
   fi
 fi

@@ -20,6 +20,8 @@ struct BenchOptions {
   int repeat = 0;                     // timed runs (0 = the benchmark's default)
   int warmup = -1;                    // untimed runs first (-1 = the benchmark's default)
   int splits = 0;                     // --decode: KV splits forced on every call (0 = the backend's choice)
+  bool forward = true;                // GPU sweep: the forward rows (--dir fwd or both)
+  bool backward = true;               // GPU sweep: the backward rows (--dir bwd or both)
 };
 
 int bench_cpu(const BenchOptions& options);

@@ -317,6 +317,7 @@ int bench_gpu(const BenchOptions& o) {
       for (int64_t n : seqlens) {
         for (bool causal : {false, true}) {
           for (bool bwd : {false, true}) {
+            if (!(bwd ? o.backward : o.forward)) continue;
             GpuRow r;
             r.algo = algo;
             r.backward = bwd;

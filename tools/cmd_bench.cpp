@@ -144,15 +144,16 @@ int cmd_bench(int argc, char** argv, int first) {
   std::string backend = "cpu";
   ArgParser parser("bench",
                    "flashattn bench [--backend cpu] [--threads T] [--quick] [--repeat R] [--warmup W] [--json FILE]\n"
-                   "       flashattn bench --gpu [--algo fa3,fa2,fa1,standard] [--quick] [--repeat R] [--warmup W]\n"
-                   "                       [--json FILE]\n"
+                   "       flashattn bench --gpu [--algo fa3,fa2,fa1,standard] [--dir fwd|bwd|both] [--quick]\n"
+                   "                       [--repeat R] [--warmup W] [--json FILE]\n"
                    "       flashattn bench --gpu --ablation [--repeat R] [--warmup W] [--json FILE]\n"
                    "       flashattn bench --gpu --decode [--splits S] [--repeat R] [--warmup W] [--json FILE]",
                    "CPU (default): fp32 forward GFLOP/s at seqlen 2048 and 4096, head_dim 64 and 128 (batch 1,\n"
                    "8 heads, non-causal), beside this machine's SGEMM rate measured in the same run.\n"
                    "GPU (--gpu): the FlashAttention papers' sweep in bf16: 16384 tokens (batch = 16384 / seqlen),\n"
                    "hidden 2048 (heads = 2048 / head_dim), head_dim 64/128/256, seqlen 512..16k, causal and not,\n"
-                   "forward and backward. FLOPs: forward 4*B*H*N*N*d (half for causal), backward 2.5x forward.\n"
+                   "forward and backward (--dir: one of them). FLOPs: forward 4*B*H*N*N*d (half for causal),\n"
+                   "backward 2.5x forward.\n"
                    "CUDA events, median of the timed runs after the warm-up runs and at least 200 ms of them (sweep\n"
                    "and ablation: the GPU at its power limit settles at a lower clock within ~0.1 s, so every row\n"
                    "is timed at its own sustained clock; bench/peers_sdpa.py does the same). JSON rows carry the\n"
@@ -180,6 +181,16 @@ int cmd_bench(int argc, char** argv, int first) {
                     "every available CUDA algorithm",
                     [&](const std::string& t, std::string* e) { return parse_algorithm_list(t, &o.algorithms, e); });
   parser.add_flag("quick", &o.quick, "a trimmed sweep (GPU: seqlen 1k/4k/16k, head_dim 64/128; CPU: seqlen 2048)");
+  parser.add_custom("dir", "DIR", "GPU sweep: fwd, bwd or both directions", "both",
+                    [&](const std::string& t, std::string* e) {
+                      if (t != "fwd" && t != "bwd" && t != "both") {
+                        *e = "expects fwd, bwd or both, got '" + t + "'";
+                        return false;
+                      }
+                      o.forward = t != "bwd";
+                      o.backward = t != "fwd";
+                      return true;
+                    });
   parser.add_flag("ablation", &o.ablation, "GPU: the fa3 ablation on one shape instead of the sweep");
   parser.add_flag("decode", &o.decode, "GPU: the KV-cache (decode) bandwidth benchmark instead of the sweep");
   parser.add_int("splits", &o.splits, "S", "GPU --decode: KV splits per sequence (0 = the backend's choice)", 0,
@@ -210,6 +221,10 @@ int cmd_bench(int argc, char** argv, int first) {
   }
   if (o.ablation && (parser.given("algo") || o.quick)) {
     parser.usage_error(std::string("--") + (o.quick ? "quick" : "algo") + " applies to the sweep, not to --ablation");
+    return kExitUsage;
+  }
+  if (parser.given("dir") && (!o.gpu || o.ablation || o.decode)) {
+    parser.usage_error("--dir applies to the GPU sweep only (--gpu, without --ablation or --decode)");
     return kExitUsage;
   }
   if (o.gpu && parser.given("threads")) {

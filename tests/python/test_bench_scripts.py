@@ -249,3 +249,30 @@ def test_ab_table_decode_keys_rows_by_shape_and_layout(tmp_path, capsys):
     assert "new / base: geometric mean %.3f, min 1.000, max 1.200" % (1.2 ** 0.5) in out
     assert "base / cudnn: geometric mean 1.000" in out
 
+
+
+def test_ab_table_fa2_keys_rows_by_direction_and_divides_by_flash(tmp_path, capsys):
+    def fa2_file(path, rows):
+        with open(path, "w") as f:
+            json.dump({"gpu": {"name": "test GPU"}, "date": "d", "rows": [
+                {"algo": "fa2", "direction": dr, "d": 128, "N": 1024, "causal": False, "tflops": t}
+                for dr, t in rows] + [{"algo": "fa3", "direction": "fwd", "d": 128, "N": 1024, "causal": False,
+                                       "tflops": 999.0}]}, f)
+
+    fa2_file(tmp_path / "base-1.json", [("fwd", 300.0), ("bwd", 200.0)])
+    fa2_file(tmp_path / "new-1.json", [("fwd", 330.0)])  # a forward-only sweep (--dir fwd)
+    with open(tmp_path / "peers.json", "w") as f:
+        json.dump({"torch": "t", "cudnn": 1, "rows": [
+            {"impl": "flash", "direction": "fwd", "d": 128, "N": 1024, "causal": False, "tflops": 300.0},
+            {"impl": "cudnn", "direction": "fwd", "d": 128, "N": 1024, "causal": False, "tflops": 600.0}]}, f)
+    assert ab_table.main(["--fa2", str(tmp_path), "base", "new"]) == 0
+    with open(tmp_path / "ab.json") as f:
+        result = json.load(f)
+    assert result["peer"] == "flash"
+    rows = {(r["dir"], r["d"], r["N"], r["causal"]): r for r in result["table"]}
+    assert sorted(rows) == [("bwd", 128, 1024, False), ("fwd", 128, 1024, False)]  # the fa3 row left out
+    assert rows[("fwd", 128, 1024, False)]["flash"] == 300.0 and rows[("bwd", 128, 1024, False)]["flash"] is None
+    assert rows[("bwd", 128, 1024, False)]["new"] == {"mean": None, "passes": []}
+    out = capsys.readouterr().out
+    assert "new / base: geometric mean 1.100, min 1.100, max 1.100" in out
+    assert "new / flash: geometric mean 1.100" in out
