@@ -28,6 +28,10 @@ struct AttnParams {
   float scale;             // softmax scale
   float scale_log2;        // scale * log2(e): scores in log2 units
   float softcap;           // 0 = off
+  // Scores in the fa2 forward's units times this are log2 units: raw dot products (scale_log2) with a
+  // positive scale and no softcap, c * tanh(s * scale / c) (log2(e)) with a softcap c, s * scale_log2 (1)
+  // with a negative scale. A kernel parameter, so the exponent's FFMA reads it from constant memory.
+  float score_mult;
   bool causal;
   int window_left, window_right;  // -1 = unbounded
 
@@ -93,6 +97,7 @@ inline AttnParams make_params(const detail::Problem& p) {
   a.scale = p.scale;
   a.scale_log2 = p.scale * core::kLog2e;
   a.softcap = p.softcap;
+  a.score_mult = p.softcap > 0.0f ? core::kLog2e : (a.scale_log2 > 0.0f ? a.scale_log2 : 1.0f);
   a.causal = p.causal;
   a.window_left = int(p.window_left);
   a.window_right = int(p.window_right);

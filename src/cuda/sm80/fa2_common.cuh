@@ -37,6 +37,10 @@ struct FwdConfig {
   static constexpr int kWarps = kWarps_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ occupancy target
   static constexpr int kStages = 2;                          // K/V double buffering
+  // The softmax scale folded into the exponent's FFMA (fa2_fwd_kernel.cuh, to_log2_minus). Measured on the
+  // H200 (bench/results/h200-20261202-shortn-ab/): head dim 64 1-4.5% faster, 256 1% slower; at 128 that
+  // form spills. Head dims below 128 only.
+  static constexpr bool kFoldScale = kHeadDim_ < 128;
 
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kRowsPerWarp = kBlockM / kWarps;

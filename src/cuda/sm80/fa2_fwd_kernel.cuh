@@ -16,16 +16,17 @@
 
 namespace flashattn::cuda::fa2 {
 
-// Turns raw dot products into scores in log2 units: s * scale * log2(e), or with softcap c
-// c * tanh(s * scale / c) * log2(e). Scaling before the row max keeps a negative softmax scale correct.
-// The factors are read from the kernel parameters (constant memory) rather than kept in registers, and
-// the softcap branch sits outside the element loops: inside them the compiler would evaluate both
-// sides (tanhf for every score) and keep both sets of temporaries live.
+// Turns raw dot products into scores: kept as they are with a positive scale and no softcap (the row max
+// is taken on them and the scale folds into the exponent: one FFMA and one exp2 per score, as in FA2), or
+// c * tanh(s * scale / c) with a softcap c, or s * scale * log2(e) with a negative scale (the max after
+// scaling keeps it correct).
+// p.score_mult takes each to log2 units. The factors are read from the kernel parameters (constant
+// memory) rather than kept in registers, and the branches sit outside the element loops: inside them the
+// compiler would evaluate both sides (tanhf for every score) and keep both sets of temporaries live.
 template <int kMTiles, int kNTiles>
 __device__ __forceinline__ void scale_scores(float (&s)[kMTiles][kNTiles][4], const AttnParams& p) {
   if (p.softcap > 0.0f) {
     const float inner = p.scale / p.softcap;
-    const float outer = p.softcap * core::kLog2e;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -33,8 +34,8 @@ __device__ __forceinline__ void scale_scores(float (&s)[kMTiles][kNTiles][4], co
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           // tanhf, not tanh.approx: the approximation's error is as large as a 16-bit rounding.
-          s[mt][nt][e] = tanhf(s[mt][nt][e] * inner) * outer;
-  } else {
+          s[mt][nt][e] = tanhf(s[mt][nt][e] * inner) * p.softcap;
+  } else if (!(p.scale_log2 > 0.0f)) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -42,6 +43,14 @@ __device__ __forceinline__ void scale_scores(float (&s)[kMTiles][kNTiles][4], co
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] *= p.scale_log2;
   }
+}
+
+// x * mult - base: one FFMA, or (kFold false) a rounded product and a subtraction, as FA2's kernels had
+// before the fold; at head dim 128 the FFMA form needs one register more and spills (8 bytes).
+template <bool kFold>
+__device__ __forceinline__ float to_log2_minus(float x, float mult, float base) {
+  if constexpr (kFold) return fmaf(x, mult, -base);
+  return __fmul_rn(x, mult) - base;
 }
 
 // Per-thread state of one warp's query slices. Thread (g = lane / 4, t = lane % 4) holds rows g and g + 8
@@ -131,7 +140,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
           tile_max = fmaxf(tile_max, x);
         }
       }
-      tile_max = quad_max(tile_max);
+      tile_max = quad_max(tile_max) * p.score_mult;  // the max commutes with the positive factor
       const float new_max = fmaxf(st.row_max[mt][half], tile_max);
       // -inf - -inf is NaN: a row that has seen only masked keys subtracts 0 instead, which sends its
       // exp2(-inf) terms and the (-inf) old max to 0.
@@ -143,8 +152,8 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
       float tile_sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
-        const float p0 = fast_exp2(s[mt][nt][2 * half] - base);
-        const float p1 = fast_exp2(s[mt][nt][2 * half + 1] - base);
+        const float p0 = fast_exp2(to_log2_minus<Cfg::kFoldScale>(s[mt][nt][2 * half], p.score_mult, base));
+        const float p1 = fast_exp2(to_log2_minus<Cfg::kFoldScale>(s[mt][nt][2 * half + 1], p.score_mult, base));
         tile_sum += p0 + p1;
         p16[mt][nt][half] = pack2<T>(p0, p1);
       }
@@ -317,7 +326,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
       const int tile_row = mt * kMmaM + g + half * 8;
       const int row = row_begin + warp_row + tile_row;
       if (lse != nullptr && t == 0 && row < len_q) {
-        const float value = sum > 0.0f ? (st.row_max[mt][half] + __log2f(sum)) * core::kLn2 : core::kNegInf;
+        const float value =
+            sum > 0.0f ? (st.row_max[mt][half] + __log2f(sum)) * core::kLn2 : core::kNegInf;
         lse[batch * p.lse.batch_stride + head * p.lse.head_stride +
             (int64_t(p.q_offset(batch)) + row) * p.lse.row_stride] = value;
       }
