@@ -397,14 +397,16 @@ struct Consumer {
   }
 
   // The tile's first block (KV block n_last - 1, ring position `iter`): Q K^T only, its P V runs with the
-  // next block's Q K^T. It always takes the per-element mask (correct for any block; the causal diagonal and
-  // the end of the keys fall in it whenever they fall in the tile). Peeled from the loop so that every loop
-  // iteration has the same wgmma groups in flight (ptxas serializes wgmma when it cannot prove which group a
-  // register read waits for).
+  // next block's Q K^T. It takes the per-element mask unless every row sees all of its keys (the causal
+  // diagonal and the end of the keys fall in it whenever they fall in the tile; without a mask and with
+  // seqlen_k a multiple of kBlockN it needs none). Peeled from the loop so that every loop iteration has the
+  // same wgmma groups in flight (ptxas serializes wgmma when it cannot prove which group a register read
+  // waits for).
+  template <bool kMasked>
   __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int iter) {
     qk_now(st, w, 0, iter);
     float factor[2];
-    softmax_block<true>(st, sp, (w.n_last - 1) * Cfg::kBlockN, quad(), factor);  // O is still 0: no rescale
+    softmax_block<kMasked>(st, sp, (w.n_last - 1) * Cfg::kBlockN, quad(), factor);  // O is still 0: no rescale
     pack_p<Cfg, T>(st);
     if constexpr (!Cfg::kIntraOverlap) pv_now(st, w, 0, iter);
   }
@@ -615,7 +617,17 @@ struct Consumer {
 
       sm90::mbar_wait(&sm.q_full, t & 1);
       const int base = kv_iter;
-      first_block(st, sp, w, base);
+      // The first block (KV block n_last - 1) is visible for every row iff vis_lo < vis_hi == n_last.
+      // Measured (H200, bench/results/h200-20261202-shortn-ab/): the unmasked form gains up to 6% at head dim
+      // 64 and, with 128-key blocks, 3-6% at head dim 128 for N <= 4096; at head dim 256 the kernel with both
+      // forms ran 1-5% slower at every N >= 1024, so it keeps the one masked form, as do the ablation
+      // variants (a second form spills them).
+      constexpr bool kTwoFirstForms =
+          Cfg::kWarpSpecialized && Cfg::kPingPong && Cfg::kIntraOverlap && Cfg::kHeadDim != 256;
+      if (kTwoFirstForms && vis_hi == w.n_last && vis_lo < vis_hi)
+        first_block<false>(st, sp, w, base);
+      else
+        first_block<true>(st, sp, w, base);
       int idx = 1;
       int n = w.n_last - 2;
       for (; n >= vis_hi; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
