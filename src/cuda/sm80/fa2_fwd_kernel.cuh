@@ -326,8 +326,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
       const int tile_row = mt * kMmaM + g + half * 8;
       const int row = row_begin + warp_row + tile_row;
       if (lse != nullptr && t == 0 && row < len_q) {
-        const float value =
-            sum > 0.0f ? (st.row_max[mt][half] + __log2f(sum)) * core::kLn2 : core::kNegInf;
+        const float value = sum > 0.0f ? (st.row_max[mt][half] + __log2f(sum)) * core::kLn2 : core::kNegInf;
         lse[batch * p.lse.batch_stride + head * p.lse.head_stride +
             (int64_t(p.q_offset(batch)) + row) * p.lse.row_stride] = value;
       }
