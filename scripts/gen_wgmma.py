@@ -6,7 +6,8 @@ per thread, each a separate asm operand, so the wrappers are generated rather th
 Usage: python3 scripts/gen_wgmma.py > src/cuda/sm90/wgmma_ops.cuh
 """
 
-WIDTHS = (64, 128, 176, 192, 256)
+# The Ns the fa3 kernels use: kBlockN of Q K^T (64, 128) and head_dim of P V (64, 128, 256).
+WIDTHS = (64, 128, 256)
 DTYPES = (("__half", "f16"), ("__nv_bfloat16", "bf16"))
 
 HEADER = """\
