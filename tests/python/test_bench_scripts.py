@@ -189,12 +189,17 @@ def test_decode_lab_keeps_the_labs_json_lines():
     assert decode_lab.parse_lines(out) == [{"exp": "read_ldg", "us": 1.5}]
 
 
+def _write_rows(path, rows):
+    """A `flashattn bench --json` file holding these rows."""
+    with open(path, "w") as f:
+        json.dump({"gpu": {"name": "test GPU"}, "date": "2026-12-02T00:00:00Z", "rows": rows}, f)
+
+
 def _bench_file(path, rows):
     rows = [{"algo": "fa3", "direction": "fwd", "d": d, "N": n, "causal": c, "tflops": t} for d, n, c, t in rows]
     rows.append({"algo": "fa2", "direction": "fwd", "d": 64, "N": 512, "causal": False, "tflops": 1.0})
     rows.append({"algo": "fa3", "direction": "bwd", "d": 64, "N": 512, "causal": False, "tflops": 2.0})
-    with open(path, "w") as f:
-        json.dump({"gpu": {"name": "test GPU"}, "date": "2026-12-02T00:00:00Z", "rows": rows}, f)
+    _write_rows(path, rows)
 
 
 def test_ab_table_means_the_passes_and_divides_by_the_first_tree_and_cudnn(tmp_path, capsys):
@@ -224,10 +229,8 @@ def test_ab_table_means_the_passes_and_divides_by_the_first_tree_and_cudnn(tmp_p
 
 def test_ab_table_decode_keys_rows_by_shape_and_layout(tmp_path, capsys):
     def decode_file(path, rows):
-        with open(path, "w") as f:
-            json.dump({"gpu": {"name": "test GPU"}, "date": "d", "rows": [
-                {"b": b, "seqlen_k": n, "layout": layout, "TBps": tbps} for b, n, layout, tbps in rows]
-                + [{"b": 9, "seqlen_k": 9, "layout": "paged", "error": "refused"}]}, f)
+        _write_rows(path, [{"b": b, "seqlen_k": n, "layout": layout, "TBps": tbps} for b, n, layout, tbps in rows]
+                    + [{"b": 9, "seqlen_k": 9, "layout": "paged", "error": "refused"}])
 
     decode_file(tmp_path / "base-1.json", [(1, 32768, "contiguous", 3.0), (1, 32768, "paged", 2.5)])
     decode_file(tmp_path / "base-2.json", [(1, 32768, "contiguous", 3.2), (1, 32768, "paged", 2.5)])
@@ -250,14 +253,11 @@ def test_ab_table_decode_keys_rows_by_shape_and_layout(tmp_path, capsys):
     assert "base / cudnn: geometric mean 1.000" in out
 
 
-
 def test_ab_table_fa2_keys_rows_by_direction_and_divides_by_flash(tmp_path, capsys):
     def fa2_file(path, rows):
-        with open(path, "w") as f:
-            json.dump({"gpu": {"name": "test GPU"}, "date": "d", "rows": [
-                {"algo": "fa2", "direction": dr, "d": 128, "N": 1024, "causal": False, "tflops": t}
-                for dr, t in rows] + [{"algo": "fa3", "direction": "fwd", "d": 128, "N": 1024, "causal": False,
-                                       "tflops": 999.0}]}, f)
+        _write_rows(path, [{"algo": "fa2", "direction": dr, "d": 128, "N": 1024, "causal": False, "tflops": t}
+                           for dr, t in rows]
+                    + [{"algo": "fa3", "direction": "fwd", "d": 128, "N": 1024, "causal": False, "tflops": 999.0}])
 
     fa2_file(tmp_path / "base-1.json", [("fwd", 300.0), ("bwd", 200.0)])
     fa2_file(tmp_path / "new-1.json", [("fwd", 330.0)])  # a forward-only sweep (--dir fwd)
