@@ -3,10 +3,11 @@
 #
 # Usage: bash scripts/ncu_profile.sh [results-dir] [profile ...]
 #   profiles: fa3_d128_n8192 fa3_d128_n512 fa3_d64_n8192 fa3_d256_n8192 fa3_d128_n8192_causal
-#             decode_b1_32k decode_b64_4k fa2_bwd_d128_n8192 sdpa_flash_bwd_d128_n8192   (default: all)
-# For each profile it writes <profile>.txt (the sections below, one launch after warm-up) and, for the
-# fa3 and backward profiles, <profile>_sass.csv.gz (per-instruction samples: where the warps stall).
-# sdpa_flash_bwd_* profiles PyTorch's flash backend (the peer of fa2) on the same shape as ours, for a
+#             decode_b1_32k decode_b64_4k fa2_bwd_d128_n8192 sdpa_flash_bwd_d128_n8192
+#             fa2_fwd_d256_n8192 sdpa_flash_fwd_d256_n8192   (default: all)
+# For each profile it writes <profile>.txt (the sections below, one launch after warm-up) and
+# <profile>_sass.csv.gz (per-instruction samples: where the warps stall).
+# sdpa_flash_* profiles PyTorch's flash backend (the peer of fa2) on the same shape as ours, for a
 # side-by-side reading of the two kernels; it needs torch with CUDA. Clocks are left as
 # they are (--clock-control none). Environment: FLASHATTN_BUILD_DIR (default build-gpu-check; built here
 # with FLASHATTN_CUDA_ARCHITECTURES, default 90a, when it holds no CLI), NCU (default ncu on PATH or in
@@ -47,6 +48,8 @@ PROFILES=(
   "decode_b64_4k|decode_splitkv_kernel|--kv-cache --batch 64 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 4096"
   "fa2_bwd_d128_n8192|dkdv_kernel|--algo fa2 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --backward"
   "sdpa_flash_bwd_d128_n8192|flash_bwd_dq_dk_dv|sdpa 2 16 8192 128"
+  "fa2_fwd_d256_n8192|fa2_fwd_kernel|--algo fa2 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192"
+  "sdpa_flash_fwd_d256_n8192|flash_fwd_kernel|sdpa 2 8 8192 256"
 )
 
 # PyTorch SDPA (flash backend, bf16, forward + backward three times) on: batch heads seqlen head_dim.
@@ -95,9 +98,7 @@ for entry in "${PROFILES[@]}"; do
   fi
   "$NCU" --import "$rep.ncu-rep" --print-details all >"$rep.txt" 2>&1
   cat "$rep.log" >>"$rep.txt"
-  if [[ $name == fa3* || $name == *bwd* ]]; then
-    "$NCU" --import "$rep.ncu-rep" --page source --print-source sass --csv 2>/dev/null | gzip -9 >"$rep"_sass.csv.gz
-  fi
+  "$NCU" --import "$rep.ncu-rep" --page source --print-source sass --csv 2>/dev/null | gzip -9 >"$rep"_sass.csv.gz
   rm -f "$rep.ncu-rep" "$rep.log"
 done
 rm -f "$SDPA_PY"
