@@ -133,11 +133,15 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// One 16-byte global store of four 32-bit words. `dst` must be 16-byte aligned. (Written out because, from a
-// plain uint4 store, the compiler splits into 4-byte stores when the words do not sit in four consecutive
-// registers.)
-__device__ __forceinline__ void store_global_16(void* dst, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+// One 16-byte global store of four 32-bit words where `pred` holds; `dst` must be 16-byte aligned. Written
+// out because from a plain uint4 store the compiler splits into 4-byte stores when the words do not sit in
+// four consecutive registers, and predicated instead of branched because the compiler sinks the address
+// arithmetic into a conditional block per store.
+__device__ __forceinline__ void store_global_16_if(bool pred, void* dst, uint4 v) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p st.global.v4.b32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(dst),
+      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(int(pred))
+      : "memory");
 }
 
 // Butterfly reductions across the 4 lanes of a quad (the lanes that share a row of an mma fragment).

@@ -522,12 +522,12 @@ struct Consumer {
     if (tid == 0) sm90::mbar_arrive(&sm.q_empty);
   }
 
-  // O / l straight from the accumulators to global memory, and the LSE; no shared memory, since the Q
-  // buffer is already loading the next tile. In each n8 block a quad of threads holds 8 consecutive
-  // columns of a row as four 16-bit pairs, one per thread. A 4 x 4 transpose over four n8 blocks, two
-  // butterfly stages of shuffles (lane bit 0 with register bit 0, then lane bit 1 with register bit 1),
-  // leaves thread t of the quad with all four pairs of block t in order: one 16-byte store. (A 4-byte store
-  // per pair, whose warp-wide store touches 8 rows, measured 10% slower at N 512-1024, head dim 256.)
+  // O / l and the LSE. The Q buffer is already loading the next tile, so each warp stages its 16 rows of O in
+  // a shared buffer of its own, one 64-column block at a time: stmatrix takes the accumulator pairs as they
+  // are (four 8 x 8 matrices per 16 x 16 block), then every lane reads whole 16-byte chunks back, eight
+  // lanes per 128-byte row segment, and stores them (predicated on the row, no branch). The row pointer is
+  // worked out once per thread. (Before: a 4 x 4 register transpose by shuffles per quad, 12 selects and 4
+  // shuffles per 16-byte store, and the compiler rebuilt the 64-bit address inside each store's branch.)
   __device__ void epilogue(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w) {
     float inv[2];
     float* lse = lse_rows(w);
@@ -540,34 +540,40 @@ struct Consumer {
         lse[row * p.attn.lse.row_stride] =
             sum > 0.0f ? (st.row_max[h] * sp.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
     }
+    const int warp = tid / 32;
+    const uint32_t stage = sm90::smem_u32(sm.o_stage[wg * 4 + warp]);
+    constexpr int kRowBytes = sm90::kSwizzleBytes;  // one staged row: 64 columns
+    // stmatrix: lane l addresses row l % 8 of matrix l / 8; matrices 0, 1 are rows 0-7, 8-15 of the left n8
+    // block of a 16 x 16 block, 2, 3 the same of the right one.
+    const int st_row = lane() % 8 + 8 * ((lane() / 8) % 2);
+    const int st_half = lane() / 16;
+    // Read-back: lane l takes chunk l % 8 of rows l / 8 + 4 i.
+    const int rd_row = lane() / 8, rd_chunk = lane() % 8;
+    const int first_row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + warp * 16;
     const int64_t out_stride = p.attn.out.row_stride;
-    T* out = out_rows(w) + 8 * quad();
-    const bool odd = (quad() & 1) != 0, upper = (quad() & 2) != 0;
+    T* dst = out_rows(w) + int64_t(first_row + rd_row) * out_stride + rd_chunk * 8;
+    const int rows_left = w.len_q - first_row - rd_row;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = sp.row0 + 8 * h;
+    for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
 #pragma unroll
-      for (int c = 0; c < Cfg::kHeadDim / 32; ++c) {
-        uint32_t v[4];  // v[b]: this thread's pair in n8 block 4c + b (accumulators 4 (4c + b) + 2h, + 1)
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const int i = 4 * (4 * c + b) + 2 * h;
-          v[b] = pack2<T>(st.o[i] * inv[h], st.o[i + 1] * inv[h]);
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k += 2) {  // lanes t, t ^ 1 swap registers k + 1 (even t) and k (odd t)
-          const uint32_t recv = __shfl_xor_sync(0xffffffffu, odd ? v[k] : v[k + 1], 1);
-          v[k] = odd ? recv : v[k];
-          v[k + 1] = odd ? v[k + 1] : recv;
-        }
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {  // lanes t, t ^ 2 swap registers k + 2 (t < 2) and k (t >= 2)
-          const uint32_t recv = __shfl_xor_sync(0xffffffffu, upper ? v[k] : v[k + 2], 2);
-          v[k] = upper ? recv : v[k];
-          v[k + 2] = upper ? v[k + 2] : recv;
-        }
-        if (row < w.len_q) store_global_16(out + row * out_stride + 32 * c, v[0], v[1], v[2], v[3]);
+      for (int k = 0; k < 4; ++k) {
+        const int i = 4 * (8 * cb + 2 * k);  // accumulators of n8 block 8 cb + 2 k: i .. i + 3, then i + 4 .. i + 7
+        const int chunk = 2 * k + st_half;
+        sm90::stmatrix_x4(stage + st_row * kRowBytes + ((chunk ^ (st_row % 8)) * 16),
+                          pack2<T>(st.o[i] * inv[0], st.o[i + 1] * inv[0]),
+                          pack2<T>(st.o[i + 2] * inv[1], st.o[i + 3] * inv[1]),
+                          pack2<T>(st.o[i + 4] * inv[0], st.o[i + 5] * inv[0]),
+                          pack2<T>(st.o[i + 6] * inv[1], st.o[i + 7] * inv[1]));
       }
+      __syncwarp();  // the warp's stmatrix writes are visible to its lanes' reads
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = rd_row + 4 * r;
+        const uint4 v = *reinterpret_cast<const uint4*>(sm.o_stage[wg * 4 + warp] + row * sm90::kSwizzleElems +
+                                                        (rd_chunk ^ (row % 8)) * 8);
+        store_global_16_if(4 * r < rows_left, dst + 4 * r * out_stride + cb * sm90::kSwizzleElems, v);
+      }
+      __syncwarp();  // every lane has read the block before the next one overwrites it
     }
   }
 

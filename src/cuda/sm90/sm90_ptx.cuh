@@ -146,6 +146,16 @@ __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
   FA_SM90_ASM("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+// ---- shared-memory fragments ---------------------------------------------------------------------------
+// Four 8x8 matrices of 16-bit elements from registers to shared memory (warp-wide). Lane l gives the
+// address of row l % 8 of matrix l / 8 (16 bytes); register i of a lane holds row lane / 4, columns
+// 2 (lane % 4) and + 1 of matrix i: the layout of an mma / wgmma accumulator pair.
+__device__ __forceinline__ void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  FA_SM90_ASM("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r0),
+              "r"(r1), "r"(r2), "r"(r3)
+              : "memory");
+}
+
 // ---- registers and barriers ---------------------------------------------------------------------------
 // Moves registers between warpgroups of a CTA compiled under __launch_bounds__ (warpgroup-wide).
 template <int kRegs>
