@@ -28,15 +28,18 @@ constexpr int kSmemPadElems = 8;  // 16 bytes of padding per shared-memory row (
 
 // Tile sizes of one forward kernel. A CTA owns kBlockM query rows; warp w owns the kRowsPerWarp rows
 // starting at w * kRowsPerWarp, in kMTiles slices of 16 (sliced-Q: no cross-warp reduction).
-// K/V tiles of kBlockN keys rotate through kStages shared-memory buffers.
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_>
+// K/V tiles of kBlockN keys: with kStages 2 both are double-buffered (the next block's K and V load during
+// the whole of this block); with kStages 1 there is one K and one V buffer and the loads interleave with
+// the GEMMs (V of block n loads under Q K^T of block n, K of block n - 1 under P V of block n), which halves
+// the K/V shared memory so that two CTAs fit on an SM where double buffers would allow only one.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kStages_ = 2>
 struct FwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kWarps = kWarps_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ occupancy target
-  static constexpr int kStages = 2;                          // K/V double buffering
+  static constexpr int kStages = kStages_;                   // K/V buffers (see above)
   // The softmax scale folded into the exponent's FFMA (fa2_fwd_kernel.cuh, to_log2_minus). Measured on the
   // H200 (bench/results/h200-20261202-shortn-ab/): head dim 64 1-4.5% faster, 256 1% slower; at 128 that
   // form spills. Head dims below 128 only.
@@ -56,6 +59,7 @@ struct FwdConfig {
   static constexpr int kKvElems = kBlockN * kSmemStride;  // one K (or V) buffer
   static constexpr int kSmemBytes = (kQElems + 2 * kStages * kKvElems) * kElemBytes;  // Q, K and V
 
+  static_assert(kStages == 1 || kStages == 2, "single or double K/V buffers");
   static_assert(kHeadDim % kMmaK == 0, "head_dim must be a multiple of the mma k depth (16)");
   static_assert(kBlockM % kWarps == 0 && kRowsPerWarp % kMmaM == 0,
                 "each warp must own whole 16-row slices of the Q tile");

@@ -63,12 +63,13 @@ struct WarpState {
   float row_sum[Cfg::kMTiles][2];           // this thread's part of the running sum (quad-reduced at the end)
 };
 
-// One KV block: S = Q K^T, online softmax, O += P V. kMasked applies the per-element mask (blocks that
-// cross a mask boundary or the end of the keys); fully visible blocks skip it.
-template <bool kMasked, typename Cfg, typename T>
+// One KV block: S = Q K^T, online softmax, before_pv(), O += P V. kMasked applies the per-element mask
+// (blocks that cross a mask boundary or the end of the keys); fully visible blocks skip it. before_pv is
+// where the single-buffered pipeline waits for V and starts the next K (CTA-wide: every thread calls it).
+template <bool kMasked, typename Cfg, typename T, typename BeforePv>
 __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParams& p, const T* sQ_warp,
                                              const T* sK, const T* sV, int lane, int len_q, int len_k,
-                                             int first_row, int first_key) {
+                                             int first_row, int first_key, BeforePv&& before_pv) {
   constexpr int kStride = Cfg::kSmemStride;
   const int g = lane / 4, t = lane % 4;
   // ldmatrix row addresses (see ptx_sm80.cuh for the fragment layouts):
@@ -165,6 +166,8 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
       }
     }
   }
+
+  before_pv();
 
   // O += P V. The C fragment of S tiles 2kk and 2kk+1 is exactly the A fragment of P for keys
   // [16kk, 16kk + 16) (a0 = row g of tile 2kk, a1 = row g+8 of tile 2kk, a2/a3 the same of tile 2kk+1),
@@ -263,13 +266,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
   __shared__ LoopUniforms<T> uni;
 
   const TileLoader<Cfg::kBlockN, Cfg::kHeadDim, kStride, Cfg::kThreads> kv_loader(tid);
-  auto load_kv = [&](const T* k_base, const T* v_base, int n_block, int stage) {
+  auto load_k = [&](const T* k_base, int n_block, int stage) {
     const int key0 = n_block * Cfg::kBlockN;
-    const int valid = len_k - key0;
-    kv_loader.load(sK + stage * Cfg::kKvElems, k_base + key0 * p.k.row_stride, int(p.k.row_stride), valid,
+    kv_loader.load(sK + stage * Cfg::kKvElems, k_base + key0 * p.k.row_stride, int(p.k.row_stride), len_k - key0,
                    p.head_dim);
-    kv_loader.load(sV + stage * Cfg::kKvElems, v_base + key0 * p.v.row_stride, int(p.v.row_stride), valid,
+  };
+  auto load_v = [&](const T* v_base, int n_block, int stage) {
+    const int key0 = n_block * Cfg::kBlockN;
+    kv_loader.load(sV + stage * Cfg::kKvElems, v_base + key0 * p.v.row_stride, int(p.v.row_stride), len_k - key0,
                    p.head_dim);
+  };
+  // Block n_block from K/V buffer `stage`, masked or not.
+  auto attend = [&](int n_block, int stage, auto&& before_pv) {
+    const T* sK_stage = sK + stage * Cfg::kKvElems;
+    const T* sV_stage = sV + stage * Cfg::kKvElems;
+    const int key0 = n_block * Cfg::kBlockN;
+    if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
+      attend_block</*kMasked=*/false>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
+                                      row_begin + warp_row, key0, before_pv);
+    else
+      attend_block</*kMasked=*/true>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
+                                     row_begin + warp_row, key0, before_pv);
   };
 
   // A tile whose rows see no key at all skips the loop: O = 0 and LSE = -inf from the zero state.
@@ -286,28 +303,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
     TileLoader<Cfg::kBlockM, Cfg::kHeadDim, kStride, Cfg::kThreads>(tid).load(sQ, q_tile, int(p.q.row_stride),
                                                                            row_end - row_begin, p.head_dim);
     const int n_first = int(range.first);
-    int stage = 0;
-    load_kv(k_seq, v_seq, int(range.last) - 1, stage);
-    cp_async_commit();
-    for (int n_block = int(range.last) - 1; n_block >= n_first; --n_block) {
-      cp_async_wait<0>();
-      // Makes this block's K/V (and Q, and `uni`) visible to every warp, and proves every warp is done
-      // reading the other buffer (the previous block), which the prefetch below overwrites.
-      __syncthreads();
-      if (n_block > n_first) {
-        load_kv(uni.k_seq, uni.v_seq, n_block - 1, stage ^ 1);
-        cp_async_commit();
+    if constexpr (Cfg::kStages == 2) {
+      int stage = 0;
+      load_k(k_seq, int(range.last) - 1, stage);
+      load_v(v_seq, int(range.last) - 1, stage);
+      cp_async_commit();
+      for (int n_block = int(range.last) - 1; n_block >= n_first; --n_block) {
+        cp_async_wait<0>();
+        // Makes this block's K/V (and Q, and `uni`) visible to every warp, and proves every warp is done
+        // reading the other buffer (the previous block), which the prefetch below overwrites.
+        __syncthreads();
+        if (n_block > n_first) {
+          load_k(uni.k_seq, n_block - 1, stage ^ 1);
+          load_v(uni.v_seq, n_block - 1, stage ^ 1);
+          cp_async_commit();
+        }
+        attend(n_block, stage, [] {});
+        stage ^= 1;
       }
-      const T* sK_stage = sK + stage * Cfg::kKvElems;
-      const T* sV_stage = sV + stage * Cfg::kKvElems;
-      const int key0 = n_block * Cfg::kBlockN;
-      if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
-        attend_block</*kMasked=*/false>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
-                                        row_begin + warp_row, key0);
-      else
-        attend_block</*kMasked=*/true>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
-                                       row_begin + warp_row, key0);
-      stage ^= 1;
+    } else {
+      load_k(k_seq, int(range.last) - 1, 0);
+      cp_async_commit();
+      for (int n_block = int(range.last) - 1; n_block >= n_first; --n_block) {
+        cp_async_wait<0>();
+        // K of this block (and Q, and `uni`) visible to every warp; every warp is done reading V (the
+        // previous block's P V), which the load below overwrites.
+        __syncthreads();
+        load_v(uni.v_seq, n_block, 0);
+        cp_async_commit();
+        attend(n_block, 0, [&] {
+          cp_async_wait<0>();
+          // V visible to every warp; every warp is done reading K (this block's Q K^T).
+          __syncthreads();
+          if (n_block > n_first) {
+            load_k(uni.k_seq, n_block - 1, 0);
+            cp_async_commit();
+          }
+        });
+      }
     }
   }
 
