@@ -63,13 +63,14 @@ struct WarpState {
   float row_sum[Cfg::kMTiles][2];           // this thread's part of the running sum (quad-reduced at the end)
 };
 
-// One KV block: S = Q K^T, online softmax, before_pv(), O += P V. kMasked applies the per-element mask
-// (blocks that cross a mask boundary or the end of the keys); fully visible blocks skip it. before_pv is
-// where the single-buffered pipeline waits for V and starts the next K (CTA-wide: every thread calls it).
-template <bool kMasked, typename Cfg, typename T, typename BeforePv>
+// One KV block: S = Q K^T, after_qk(), online softmax, O += P V. kMasked applies the per-element mask
+// (blocks that cross a mask boundary or the end of the keys); fully visible blocks skip it. after_qk is
+// where the single-buffered pipeline waits for V and starts the next K, which then loads under the softmax
+// and P V (CTA-wide: every thread calls it).
+template <bool kMasked, typename Cfg, typename T, typename AfterQk>
 __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParams& p, const T* sQ_warp,
                                              const T* sK, const T* sV, int lane, int len_q, int len_k,
-                                             int first_row, int first_key, BeforePv&& before_pv) {
+                                             int first_row, int first_key, AfterQk&& after_qk) {
   constexpr int kStride = Cfg::kSmemStride;
   const int g = lane / 4, t = lane % 4;
   // ldmatrix row addresses (see ptx_sm80.cuh for the fragment layouts):
@@ -108,6 +109,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
     }
   }
 
+  after_qk();
   scale_scores(s, p);
   uint32_t p16[Cfg::kMTiles][Cfg::kNTiles][2];  // P as packed 16-bit pairs: [slice][n8 tile][row half]
 #pragma unroll
@@ -166,8 +168,6 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
       }
     }
   }
-
-  before_pv();
 
   // O += P V. The C fragment of S tiles 2kk and 2kk+1 is exactly the A fragment of P for keys
   // [16kk, 16kk + 16) (a0 = row g of tile 2kk, a1 = row g+8 of tile 2kk, a2/a3 the same of tile 2kk+1),
@@ -277,16 +277,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
                    p.head_dim);
   };
   // Block n_block from K/V buffer `stage`, masked or not.
-  auto attend = [&](int n_block, int stage, auto&& before_pv) {
+  auto attend = [&](int n_block, int stage, auto&& after_qk) {
     const T* sK_stage = sK + stage * Cfg::kKvElems;
     const T* sV_stage = sV + stage * Cfg::kKvElems;
     const int key0 = n_block * Cfg::kBlockN;
     if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
       attend_block</*kMasked=*/false>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
-                                      row_begin + warp_row, key0, before_pv);
+                                      row_begin + warp_row, key0, after_qk);
     else
       attend_block</*kMasked=*/true>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
-                                     row_begin + warp_row, key0, before_pv);
+                                     row_begin + warp_row, key0, after_qk);
   };
 
   // A tile whose rows see no key at all skips the loop: O = 0 and LSE = -inf from the zero state.
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
         cp_async_commit();
         attend(n_block, 0, [&] {
           cp_async_wait<0>();
-          // V visible to every warp; every warp is done reading K (this block's Q K^T).
+          // V visible to every warp; every warp is done reading K (its Q K^T of this block).
           __syncthreads();
           if (n_block > n_first) {
             load_k(uni.k_seq, n_block - 1, 0);
