@@ -30,8 +30,9 @@ constexpr int kSmemPadElems = 8;  // 16 bytes of padding per shared-memory row (
 // starting at w * kRowsPerWarp, in kMTiles slices of 16 (sliced-Q: no cross-warp reduction).
 // K/V tiles of kBlockN keys: with kStages 2 both are double-buffered (the next block's K and V load during
 // the whole of this block); with kStages 1 there is one K and one V buffer and the loads interleave with
-// the GEMMs (V of block n loads under Q K^T of block n, K of block n - 1 under P V of block n), which halves
-// the K/V shared memory so that two CTAs fit on an SM where double buffers would allow only one.
+// the GEMMs (V of block n loads under Q K^T of block n, K of block n - 1 under the softmax and P V of
+// block n), which halves the K/V shared memory so that two CTAs fit on an SM where double buffers would
+// allow only one.
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kStages_ = 2>
 struct FwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
