@@ -1,9 +1,10 @@
 // FlashAttention-2 forward on sm80+ (FA2 paper, Algorithm 1, with FA2's parallelism).
 //
 // Grid: (Q tiles, heads_q, batch). A CTA owns kBlockM query rows; each warp owns its own 16-row slices
-// of them, so softmax statistics never cross warps. Q is loaded once; K/V tiles of kBlockN keys are
-// double-buffered with cp.async, visited from the last KV block of the tile's range to the first (the
-// partially masked blocks at the causal diagonal and the sequence end come first). S = Q K^T and
+// of them, so softmax statistics never cross warps. Q is loaded once; K/V tiles of kBlockN keys come by
+// cp.async, double-buffered or single-buffered with the loads interleaved (FwdConfig::kStages), visited
+// from the last KV block of the tile's range to the first (the partially masked blocks at the causal
+// diagonal and the sequence end come first). S = Q K^T and
 // O += P V run on mma.sync.m16n8k16 with fp32 accumulators; the softmax is online, in log2 units, and O
 // stays unnormalized until the epilogue (deferred normalization).
 #pragma once

@@ -78,7 +78,7 @@ struct Fa3Shared {
   T v[Cfg::kStages][Cfg::kBlockN * Cfg::kHeadDim];
   // The epilogue's staging of O: per consumer warp, 16 rows x 64 columns (one 128-byte column block of its
   // rows at a time), 16-byte chunks XOR-swizzled by row so that stmatrix and the row reads are conflict-free.
-  T o_stage[Cfg::kConsumerWarpgroups * 4][16 * sm90::kSwizzleElems];
+  T o_stage[Cfg::kConsumerWarpgroups * sm90::kWarpgroupWarps][16 * sm90::kSwizzleElems];
   // full: TMA bytes landed (one producer arrival + transaction bytes). k/v empty: every consumer
   // warpgroup's wgmma reading the stage completed (one arrival per consumer warpgroup). q_empty: every
   // consumer warpgroup's last Q K^T of the tile completed (one arrival per consumer warpgroup).

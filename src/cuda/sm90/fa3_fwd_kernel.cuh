@@ -541,7 +541,8 @@ struct Consumer {
             sum > 0.0f ? (st.row_max[h] * sp.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
     }
     const int warp = tid / 32;
-    const uint32_t stage = sm90::smem_u32(sm.o_stage[wg * 4 + warp]);
+    const T* staged = sm.o_stage[wg * sm90::kWarpgroupWarps + warp];
+    const uint32_t stage = sm90::smem_u32(staged);
     constexpr int kRowBytes = sm90::kSwizzleBytes;  // one staged row: 64 columns
     // stmatrix: lane l addresses row l % 8 of matrix l / 8; matrices 0, 1 are rows 0-7, 8-15 of the left n8
     // block of a 16 x 16 block, 2, 3 the same of the right one.
@@ -569,8 +570,8 @@ struct Consumer {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int row = rd_row + 4 * r;
-        const uint4 v = *reinterpret_cast<const uint4*>(sm.o_stage[wg * 4 + warp] + row * sm90::kSwizzleElems +
-                                                        (rd_chunk ^ (row % 8)) * 8);
+        const uint4 v =
+            *reinterpret_cast<const uint4*>(staged + row * sm90::kSwizzleElems + (rd_chunk ^ (row % 8)) * 8);
         store_global_16_if(4 * r < rows_left, dst + 4 * r * out_stride + cb * sm90::kSwizzleElems, v);
       }
       __syncwarp();  // every lane has read the block before the next one overwrites it

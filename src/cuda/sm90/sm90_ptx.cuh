@@ -20,6 +20,7 @@
 namespace flashattn::cuda::sm90 {
 
 constexpr int kWarpgroupThreads = 128;
+constexpr int kWarpgroupWarps = 4;
 constexpr int kSwizzleBytes = 128;       // SWIZZLE_128B: one swizzle row is 128 bytes
 constexpr int kSwizzleAtomBytes = 1024;  // 8 rows of 128 bytes: the pattern repeats every 1024 bytes
 constexpr int kSwizzleElems = 64;        // 16-bit elements in one 128-byte row
