@@ -147,11 +147,11 @@ fi
 
 # ---- profiles ----
 if [ -n "${FA3_AB_NCU:-}" ]; then
+  read -r -a ncu_profiles <<<"$FA3_AB_NCU"
   for i in "${!names[@]}"; do
     case " ${FA3_AB_NCU_TREES:-${names[*]}} " in *" ${names[$i]} "*) ;; *) continue ;; esac
     say "ncu ${FA3_AB_NCU}: ${names[$i]}"
     d=$OUT/ncu-${names[$i]}
-    read -r -a ncu_profiles <<<"$FA3_AB_NCU"
     FLASHATTN_BUILD_DIR=${trees[$i]}/build-ab bash "$ROOT/scripts/ncu_profile.sh" "$d" "${ncu_profiles[@]}" >>"$LOG" 2>&1 ||
       say "ncu of ${names[$i]} FAILED"
     tar -czf "$d.tar.gz" -C "$OUT" "ncu-${names[$i]}" && rm -rf "$d"

@@ -346,10 +346,11 @@ struct Consumer {
   int kv_iter = 0;
 
   __device__ int lane() const { return tid % 32; }
+  __device__ int warp() const { return tid / 32; }  // in the warpgroup
   // Without warp specialization: the thread that issues the loads (re-derived, not held in a register).
   __device__ bool is_loader() const { return !Cfg::kWarpSpecialized && wg == 0 && tid == 0; }
   __device__ int quad() const { return tid % 4; }
-  __device__ int local_row0() const { return wg * Cfg::kRowsPerWarpgroup + (tid / 32) * 16 + lane() / 4; }
+  __device__ int local_row0() const { return wg * Cfg::kRowsPerWarpgroup + warp() * 16 + lane() / 4; }
 
   // Without a producer warpgroup: the load for ring position `iter` (block index `idx` of the tile) is
   // issued once the buffer it overwrites is released, by the loader thread in line with its own work.
@@ -540,8 +541,7 @@ struct Consumer {
         lse[row * p.attn.lse.row_stride] =
             sum > 0.0f ? (st.row_max[h] * sp.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
     }
-    const int warp = tid / 32;
-    const T* staged = sm.o_stage[wg * sm90::kWarpgroupWarps + warp];
+    const T* staged = sm.o_stage[wg * sm90::kWarpgroupWarps + warp()];
     const uint32_t stage = sm90::smem_u32(staged);
     constexpr int kRowBytes = sm90::kSwizzleBytes;  // one staged row: 64 columns
     // stmatrix: lane l addresses row l % 8 of matrix l / 8; matrices 0, 1 are rows 0-7, 8-15 of the left n8
@@ -550,7 +550,7 @@ struct Consumer {
     const int st_half = lane() / 16;
     // Read-back: lane l takes chunk l % 8 of rows l / 8 + 4 i.
     const int rd_row = lane() / 8, rd_chunk = lane() % 8;
-    const int first_row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + warp * 16;
+    const int first_row = sp.row0 - lane() / 4;  // the warp's first row
     const int64_t out_stride = p.attn.out.row_stride;
     T* dst = out_rows(w) + int64_t(first_row + rd_row) * out_stride + rd_chunk * 8;
     const int rows_left = w.len_q - first_row - rd_row;
