@@ -106,10 +106,9 @@ struct TileLoader {
       : row0(tid / kThreadsPerRow), col0((tid % kThreadsPerRow) * kChunkElems) {}
 
   // row_stride <= kMaxTileRowStride (checked on the host): offsets inside one tile are 32-bit, which keeps
-  // the addressing state small. Each chunk's address is formed anew from its offset. A row pointer stepped
-  // by one 64-bit add per row (and 8 threads per row) executed 16% fewer instructions at head dim 256 but
-  // ran the forward 3.5% slower: the copies then issue in one burst and stall the ldmatrix loads behind
-  // them (docs/performance.md).
+  // the addressing state small. Each chunk's address is formed anew from its offset: a row pointer stepped
+  // by one 64-bit add per row executed 16% fewer instructions at head dim 256 but ran the forward 3.5%
+  // slower, and so did the copies spread over the Q K^T k-steps (docs/performance.md).
   template <typename T>
   __device__ __forceinline__ void load(T* smem, const T* gmem, int row_stride, int valid_rows,
                                        int head_dim) const {
