@@ -8,9 +8,13 @@ the listing, share of all samples, executions, SASS, the top three reasons). Wit
 the listing of instructions A..B instead, with each one's share. With --phases it prints the listing cut
 into the stretches between barriers, cp.async commits and branches (a kernel's phases: a tile's products,
 its element math, its stores), each with its share of the samples, its executed instructions and the
-opcodes that hold its samples.
+opcodes that hold its samples. With --memory it prints, per memory opcode, the L2 sectors its instructions
+ask for against the ideal count for their addresses ("L2 Theoretical Sectors Global" and "... Ideal") and the
+shared-memory wavefronts beyond the ideal ("L1 Wavefronts Shared Excessive"), per executed instruction, then
+the instructions with the most excess sectors: a cp.async whose shared destination splits its 32-byte
+sectors shows here (docs/kvcache.md).
 
-Usage: scripts/ncu_stalls.py FILE.csv.gz [--top N] [--range A B | --phases]
+Usage: scripts/ncu_stalls.py FILE.csv.gz [--top N] [--range A B | --phases | --memory]
 """
 
 import argparse
@@ -20,14 +24,22 @@ import gzip
 import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
+L2_SECTORS = "L2 Theoretical Sectors Global"
+L2_IDEAL = "L2 Theoretical Sectors Global Ideal"
+SHARED_EXCESS = "L1 Wavefronts Shared Excessive"
 
 
 def load(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         rows = list(csv.reader(f))
-    # Row 0 names the kernel; row 1 is the header.
+    # Row 0 names the kernel; row 1 is the header. A report of several launches repeats both for each one:
+    # only the first launch is read.
     header, data = rows[1], rows[2:]
+    for i, row in enumerate(data):
+        if row[:1] == ["Kernel Name"] or row == header:
+            data = data[:i]
+            break
     return {h: i for i, h in enumerate(header)}, header, data
 
 
@@ -56,6 +68,31 @@ def phases(data, ix, samples, total):
     return out
 
 
+def memory(data, ix, top):
+    """Per memory opcode: executions, L2 sectors and their ideal, excess shared wavefronts (per instruction);
+    then the `top` instructions with the most excess sectors. Returns the printed lines."""
+    number = lambda r, col: int((r[ix[col]] if col in ix else "0").replace(",", "") or 0)
+    totals = collections.defaultdict(lambda: [0, 0, 0, 0])  # executed, sectors, ideal, shared excess
+    for r in data:
+        t = totals[opcode_of(r[ix["Source"]])]
+        for k, col in enumerate(("Instructions Executed", L2_SECTORS, L2_IDEAL, SHARED_EXCESS)):
+            t[k] += number(r, col)
+    lines = []
+    for op, (executed, sectors, ideal, shared) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        if not (sectors or shared) or not executed:
+            continue
+        lines.append(f"{op:8s} {executed:>12d} executed  L2 sectors {sectors / executed:6.2f} per instruction "
+                     f"(ideal {ideal / executed:6.2f})  shared wavefronts beyond ideal {shared / executed:6.2f}")
+    excess = lambda r: number(r, L2_SECTORS) - number(r, L2_IDEAL)
+    for i in sorted(range(len(data)), key=lambda i: -excess(data[i]))[:top]:
+        if excess(data[i]) <= 0:
+            break
+        r = data[i]
+        lines.append(f"{i:6d} {excess(r):>12d} excess sectors {r[ix['Instructions Executed']]:>9} "
+                     f"{r[ix['Source']].strip()[:70]}")
+    return lines
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("csv")
@@ -63,6 +100,7 @@ def main(argv):
     group = p.add_mutually_exclusive_group()
     group.add_argument("--range", type=int, nargs=2, metavar=("A", "B"))
     group.add_argument("--phases", action="store_true")
+    group.add_argument("--memory", action="store_true")
     args = p.parse_args(argv)
     ix, header, data = load(args.csv)
     samples = lambda r: int(r[ix[SAMPLES]] or 0)
@@ -71,6 +109,13 @@ def main(argv):
         for i in range(*args.range):
             r = data[i]
             print(f"{i:6d} {100 * samples(r) / total:5.2f}% {r[ix['Instructions Executed']]:>9} {r[ix['Source']].strip()}")
+        return 0
+    if args.memory:
+        if L2_SECTORS not in ix:
+            print(f"ncu_stalls: {args.csv} has no '{L2_SECTORS}' column (the SourceCounters section)",
+                  file=sys.stderr)
+            return 1
+        print("\n".join(memory(data, ix, args.top)))
         return 0
     if args.phases:
         for first, last, share, executed, ops in phases(data, ix, samples, total):

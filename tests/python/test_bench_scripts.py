@@ -158,6 +158,40 @@ def test_ncu_stalls_summary_counts_reasons_and_the_executed_mix(tmp_path, capsys
     assert "executed:  IMAD 75.0%, HMMA 25.0%" in out
 
 
+def test_ncu_stalls_memory_counts_excess_sectors_of_the_first_launch(tmp_path, capsys):
+    path = str(tmp_path / "k_sass.csv.gz")
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed",
+              "L2 Theoretical Sectors Global", "L2 Theoretical Sectors Global Ideal",
+              "L1 Wavefronts Shared Excessive"]
+    first = [("LDGSTS.E.BYPASS.LTC128B.128 [R1], desc[UR8][R2.64]", 5, 100, 2400, 1600, 650),
+             ("LDGSTS.E.BYPASS.LTC128B.128 [R1+0x10], desc[UR8][R4.64]", 5, 100, 1600, 1600, 0),
+             ("LDSM.16.M88.4 R8, [R3]", 3, 200, 0, 0, 0),
+             ("STG.E.U16 desc[UR8][R6.64], R0", 1, 10, "1,000", 100, 0)]
+    with gzip.open(path, "wt", newline="") as f:
+        w = csv.writer(f)
+        for rows in (first, [("LDGSTS.E.BYPASS.128 [R1], desc[UR8][R2.64]", 1, 7, 7000, 1, 0)]):
+            w.writerow(["Kernel Name", "k"])  # a second launch repeats the name and the header
+            w.writerow(header)
+            for i, row in enumerate(rows):
+                w.writerow([hex(i * 16), *row])
+    assert ncu_stalls.main([path, "--memory", "--top", "5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # Opcodes by sectors asked for; LDSM moves no global sectors and no excess wavefronts: not listed.
+    assert lines[0].split()[0] == "LDGSTS" and "L2 sectors  20.00 per instruction (ideal  16.00)" in lines[0]
+    assert "shared wavefronts beyond ideal   3.25" in lines[0]
+    assert lines[1].split()[0] == "STG" and "L2 sectors 100.00" in lines[1]
+    assert not any(line.split()[0] == "LDSM" for line in lines)
+    # Then the instructions with excess sectors, most first; the exact ones and the second launch are not.
+    assert [line.split()[:2] for line in lines[2:]] == [["3", "900"], ["0", "800"]]
+
+
+def test_ncu_stalls_memory_needs_the_source_counters(tmp_path, capsys):
+    path = str(tmp_path / "k_sass.csv.gz")
+    write_listing(path, [("HMMA.16816.F32.BF16 R4, R8, R12, R4", 1, 1, 0)])
+    assert ncu_stalls.main([path, "--memory"]) == 1
+    assert "L2 Theoretical Sectors Global" in capsys.readouterr().err
+
+
 def test_decode_lab_probes_the_librarys_kernel():
     with open(decode_lab.KERNEL) as f:
         source = f.read()
