@@ -43,6 +43,11 @@ def load(path):
     return {h: i for i, h in enumerate(header)}, header, data
 
 
+def count(r, ix, col):
+    """The integer in column `col` of row `r` (thousands separators allowed; 0 if empty or absent)."""
+    return int((r[ix[col]] if col in ix else "").replace(",", "") or 0)
+
+
 def opcode_of(source):
     words = [w for w in source.split() if not w.startswith("@")]
     return words[0].split(".")[0] if words else "?"
@@ -59,7 +64,7 @@ def phases(data, ix, samples, total):
     for i, r in enumerate(data):
         op = opcode_of(r[ix["Source"]])
         acc += samples(r)
-        executed += int(r[ix["Instructions Executed"]] or 0)
+        executed += count(r, ix, "Instructions Executed")
         ops[op] += samples(r)
         if op in PHASE_ENDS or i == len(data) - 1:
             if acc:
@@ -71,19 +76,18 @@ def phases(data, ix, samples, total):
 def memory(data, ix, top):
     """Per memory opcode: executions, L2 sectors and their ideal, excess shared wavefronts (per instruction);
     then the `top` instructions with the most excess sectors. Returns the printed lines."""
-    number = lambda r, col: int((r[ix[col]] if col in ix else "0").replace(",", "") or 0)
     totals = collections.defaultdict(lambda: [0, 0, 0, 0])  # executed, sectors, ideal, shared excess
     for r in data:
         t = totals[opcode_of(r[ix["Source"]])]
         for k, col in enumerate(("Instructions Executed", L2_SECTORS, L2_IDEAL, SHARED_EXCESS)):
-            t[k] += number(r, col)
+            t[k] += count(r, ix, col)
     lines = []
     for op, (executed, sectors, ideal, shared) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
         if not (sectors or shared) or not executed:
             continue
         lines.append(f"{op:8s} {executed:>12d} executed  L2 sectors {sectors / executed:6.2f} per instruction "
                      f"(ideal {ideal / executed:6.2f})  shared wavefronts beyond ideal {shared / executed:6.2f}")
-    excess = lambda r: number(r, L2_SECTORS) - number(r, L2_IDEAL)
+    excess = lambda r: count(r, ix, L2_SECTORS) - count(r, ix, L2_IDEAL)
     for i in sorted(range(len(data)), key=lambda i: -excess(data[i]))[:top]:
         if excess(data[i]) <= 0:
             break
@@ -103,19 +107,19 @@ def main(argv):
     group.add_argument("--memory", action="store_true")
     args = p.parse_args(argv)
     ix, header, data = load(args.csv)
-    samples = lambda r: int(r[ix[SAMPLES]] or 0)
-    total = sum(samples(r) for r in data) or 1
-    if args.range:
-        for i in range(*args.range):
-            r = data[i]
-            print(f"{i:6d} {100 * samples(r) / total:5.2f}% {r[ix['Instructions Executed']]:>9} {r[ix['Source']].strip()}")
-        return 0
     if args.memory:
         if L2_SECTORS not in ix:
             print(f"ncu_stalls: {args.csv} has no '{L2_SECTORS}' column (the SourceCounters section)",
                   file=sys.stderr)
             return 1
         print("\n".join(memory(data, ix, args.top)))
+        return 0
+    samples = lambda r: count(r, ix, SAMPLES)
+    total = sum(samples(r) for r in data) or 1
+    if args.range:
+        for i in range(*args.range):
+            r = data[i]
+            print(f"{i:6d} {100 * samples(r) / total:5.2f}% {r[ix['Instructions Executed']]:>9} {r[ix['Source']].strip()}")
         return 0
     if args.phases:
         for first, last, share, executed, ops in phases(data, ix, samples, total):
@@ -129,10 +133,10 @@ def main(argv):
     executed = collections.Counter()
     for r in data:
         for s in reasons:
-            by_reason[s[6:]] += int(r[ix[s]] or 0)
+            by_reason[s[6:]] += count(r, ix, s)
         opcode = opcode_of(r[ix["Source"]])
         by_opcode[opcode] += samples(r)
-        executed[opcode] += int(r[ix["Instructions Executed"]] or 0)
+        executed[opcode] += count(r, ix, "Instructions Executed")
     n_exec = sum(executed.values()) or 1
     print(f"{len(data)} instructions, {total} samples, {n_exec} warp instructions executed")
     print("by reason:", ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in by_reason.most_common(10)))
@@ -140,7 +144,7 @@ def main(argv):
     print("executed: ", ", ".join(f"{k} {100 * v / n_exec:.1f}%" for k, v in executed.most_common(12)))
     for i in sorted(range(len(data)), key=lambda i: -samples(data[i]))[:args.top]:
         r = data[i]
-        top = sorted(((int(r[ix[s]] or 0), s[6:]) for s in reasons), reverse=True)[:3]
+        top = sorted(((count(r, ix, s), s[6:]) for s in reasons), reverse=True)[:3]
         why = " ".join(f"{name}:{n}" for n, name in top if n)
         print(f"{i:6d} {100 * samples(r) / total:5.2f}% {r[ix['Instructions Executed']]:>9} "
               f"{r[ix['Source']].strip()[:70]:70s} {why}")
