@@ -21,7 +21,8 @@ constexpr int kMmaN = 8;
 constexpr int kMmaK = 16;
 constexpr int kChunkElems = 8;     // 16-bit elements per 16-byte cp.async chunk
 constexpr int kElemBytes = 2;      // fp16 / bf16
-constexpr int kSmemPadElems = 8;   // 16 bytes of padding per shared row: conflict-free ldmatrix phases
+constexpr int kQPadElems = 8;      // 16 bytes of padding per shared Q row: conflict-free ldmatrix phases
+constexpr int kSwizzleChunks = 8;  // K/V rows: 16-byte chunks permuted in groups of 8 (XOR with row % 8)
 constexpr int kMaxSplits = 128;    // equals flashattn::kMaxKVSplits (static_assert in decode_fwd.cu)
 // K/V bytes each CTA keeps in flight at least: with one or two CTAs per SM, tens of KB per SM are what
 // covers HBM latency at full bandwidth (Little's law: ~4 TB/s x ~1 us over 132 SMs).
@@ -38,7 +39,7 @@ struct DecodeConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
   static constexpr int kThreads = kWarps * kWarpSize;
 
-  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;  // elements between shared rows
+  static constexpr int kQStride = kHeadDim + kQPadElems;  // elements between shared Q rows
   static constexpr int kQkSteps = kHeadDim / kMmaK;             // k-steps of Q K^T
   static constexpr int kDTiles = kHeadDim / kMmaN;              // n8 tiles of the O accumulator
   static constexpr int kChunksPerRow = kHeadDim / kChunkElems;
@@ -49,10 +50,12 @@ struct DecodeConfig {
   static constexpr int kRowsPerPass = kWarpSize / kLanesPerRow;
   static constexpr int kRowPasses = kKeysPerBlock / kRowsPerPass;
 
-  static constexpr int kBlockElems = kKeysPerBlock * kSmemStride;  // one K (or V) block
+  // K and V rows are dense (kHeadDim elements) with their 16-byte chunks swizzled (swizzled_offset in
+  // decode_kernel.cuh); only Q keeps padded rows.
+  static constexpr int kBlockElems = kKeysPerBlock * kHeadDim;  // one K (or V) block
   static constexpr int kStageElems = 2 * kBlockElems;              // K, then V
   static constexpr int kWarpRingElems = kStages * kStageElems;
-  static constexpr int kQElems = kRowsPerTile * kSmemStride;
+  static constexpr int kQElems = kRowsPerTile * kQStride;
   static constexpr int kRingBytes = kWarps * kWarpRingElems * kElemBytes;
   static constexpr int kQBytes = kQElems * kElemBytes;
   // After the key loop the ring is reused for the warps' fp32 partial outputs and row statistics.
@@ -74,8 +77,10 @@ struct DecodeConfig {
   static_assert(kKeysPerBlock <= kWarpSize, "each lane looks up the page of at most one key of a block");
   static_assert(kStages >= 2, "the ring needs one buffer to compute on and one in flight");
   static_assert(kBytesInFlight >= kMinBytesInFlight, "too few loads in flight per CTA to cover HBM latency");
-  static_assert((kSmemStride * kElemBytes) % 16 == 0, "shared rows must stay 16-byte aligned for cp.async");
-  static_assert(kQBytes % 16 == 0, "the ring after Q must start 16-byte aligned");
+  static_assert((kQStride * kElemBytes) % 16 == 0, "shared Q rows must stay 16-byte aligned");
+  static_assert(kChunksPerRow % kSwizzleChunks == 0, "the swizzle permutes whole groups of 8 chunks");
+  static_assert(kRowsPerPass <= kSwizzleChunks, "a copy pass's rows must differ in row % 8 (swizzled_offset)");
+  static_assert(kQBytes % 32 == 0, "the ring after Q must start 32-byte aligned (swizzled_offset)");
 };
 
 // The ranges the kernels clamp what they read from the index tensors into. Checked indices

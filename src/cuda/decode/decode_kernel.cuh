@@ -62,6 +62,18 @@ __device__ __forceinline__ TilePlan plan_tile(const DecodeParams& p, const core:
   return t;
 }
 
+// Shared K and V rows are dense, kHeadDim elements apart, on a 128-byte aligned base, so that every 32-byte
+// piece of a K/V row lands on a 32-byte boundary in shared memory: on an H200 a 512-byte cp.async copy
+// instruction then costs 16 L2 sectors, where rows padded by 16 bytes (half of them off a 32-byte boundary)
+// cost 24 and 4% of the read bandwidth (docs/kvcache.md). So that the eight rows an ldmatrix phase reads at
+// one logical 16-byte chunk still fall in eight different bank groups, chunk c of row r is stored at chunk
+// (c & ~7) | ((c ^ r) & 7). Every user XORs a per-lane value (the low bits its row and chunk contribute)
+// with a compile-time constant, so the offsets stay a few loop-invariant registers plus immediates.
+template <int kHeadDim>
+__device__ __forceinline__ int swizzled_offset(int row, int chunk_group, int chunk_lo) {
+  return row * kHeadDim + chunk_group * (kSwizzleChunks * kChunkElems) + chunk_lo * kChunkElems;
+}
+
 // One warp's loads of K/V blocks into its ring. Lane l copies the 16-byte chunks of columns
 // col0 + c * kLanesPerRow * 8 of rows row0 + i * kRowsPerPass.
 //
@@ -81,6 +93,7 @@ struct WarpKVLoader {
   int len_k, page_size, head_dim;
   IndexLimits limits;
   int row0, col0, lane;
+  int swizzle_lane;  // (lane % 8) ^ row0: the low swizzled chunk bits of this lane's copies in row row0
 
   // Fetches the block-table entries of the warp's m-th block (`block`) into its ring slot (the caller
   // commits). Keys past the sequence are never looked up: their block-table entries may lie past the pages
@@ -121,13 +134,17 @@ struct WarpKVLoader {
         k_off = int64_t(key0 + r) * k_row;
         v_off = int64_t(key0 + r) * v_row;
       }
+      // row0 < kRowsPerPass <= 8 (powers of two), so r % 8 = row0 ^ (i * kRowsPerPass % 8), and the
+      // chunk's low three bits are lane % 8 (kLanesPerRow is a multiple of 8): swizzle_lane ^ a constant.
+      const int chunk_lo = swizzle_lane ^ ((i * Cfg::kRowsPerPass) % kSwizzleChunks);
 #pragma unroll
       for (int c = 0; c < Cfg::kColIters; ++c) {
         const int col = col0 + c * Cfg::kLanesPerRow * kChunkElems;
+        const int dst = swizzled_offset<Cfg::kHeadDim>(r, col / (kSwizzleChunks * kChunkElems), chunk_lo);
         const bool ok = row_ok && col < head_dim;
         // With ok false the copy reads nothing (src-size 0), so the address may lie outside the cache.
-        cp_async_16_prefetch_128(dst_k + r * Cfg::kSmemStride + col, k_base + k_off + col, ok);
-        cp_async_16_prefetch_128(dst_v + r * Cfg::kSmemStride + col, v_base + v_off + col, ok);
+        cp_async_16_prefetch_128(dst_k + dst, k_base + k_off + col, ok);
+        cp_async_16_prefetch_128(dst_v + dst, v_base + v_off + col, ok);
       }
     }
   }
@@ -148,11 +165,14 @@ struct WarpState {
 template <typename Cfg, typename T>
 __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const DecodeParams& p, const T* sQ, const T* sK,
                                              const T* sV, int lane, int key0) {
-  constexpr int kStride = Cfg::kSmemStride;
+  constexpr int kQStride = Cfg::kQStride;
   const int t = lane % 4;
   const int q_row = lane % 16, q_col = (lane / 16) * 8;
-  const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;
-  const int v_row = lane % 16, v_col = (lane / 16) * 8;
+  // ldmatrix rows and chunks: K reads row (lane / 16) * 8 + lane % 8 at chunk 2 ks + (lane / 8) % 2, V row
+  // lane % 16 at chunk 2 dp + lane / 16; both rows are lane % 8 modulo 8, so the swizzled chunk's low bits
+  // are (the lane's own bit ^ lane % 8) ^ 2 (step % 4), and its group is step / 4 (swizzled_offset).
+  const int k_row = (lane / 16) * 8 + lane % 8, k_lane = ((lane / 8) % 2) ^ (lane % 8);
+  const int v_row = lane % 16, v_lane = (lane / 16) ^ (lane % 8);
 
   float s[2][4];
 #pragma unroll
@@ -162,8 +182,8 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const DecodePar
 #pragma unroll
   for (int ks = 0; ks < Cfg::kQkSteps; ++ks) {
     uint32_t a[4], kb[4];
-    ldmatrix_x4(a, sQ + q_row * kStride + ks * kMmaK + q_col);
-    ldmatrix_x4(kb, sK + k_row * kStride + ks * kMmaK + k_col);
+    ldmatrix_x4(a, sQ + q_row * kQStride + ks * kMmaK + q_col);
+    ldmatrix_x4(kb, sK + swizzled_offset<Cfg::kHeadDim>(k_row, ks / 4, k_lane ^ (2 * (ks % 4))));
     const uint32_t b_lo[2] = {kb[0], kb[1]};
     const uint32_t b_hi[2] = {kb[2], kb[3]};
     mma_16816<T>(s[0], a, b_lo);
@@ -229,7 +249,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const DecodePar
 #pragma unroll
   for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
     uint32_t vb[4];
-    ldmatrix_x4_trans(vb, sV + v_row * kStride + dp * 16 + v_col);
+    ldmatrix_x4_trans(vb, sV + swizzled_offset<Cfg::kHeadDim>(v_row, dp / 4, v_lane ^ (2 * (dp % 4))));
     const uint32_t b_lo[2] = {vb[0], vb[1]};
     const uint32_t b_hi[2] = {vb[2], vb[3]};
     mma_16816<T>(st.o[2 * dp], a, b_lo);
@@ -325,9 +345,10 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* smem,
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_splitkv_kernel(const DecodeParams p) {
-  constexpr int kStride = Cfg::kSmemStride;
   constexpr int kStages = Cfg::kStages;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // 128-byte aligned (swizzled_offset): declared with 16-byte alignment, the dynamic buffer began right after
+  // the static s_last, 16 bytes off a 32-byte boundary, and every K/V row with it.
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* ring = sQ + Cfg::kQElems;  // [kWarps][kStages][K block, V block]
   __shared__ int s_last;        // this CTA is the tile's last to arrive
@@ -376,6 +397,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
     loader.row0 = lane / Cfg::kLanesPerRow;
     loader.col0 = (lane % Cfg::kLanesPerRow) * kChunkElems;
     loader.lane = lane;
+    loader.swizzle_lane = (lane % kSwizzleChunks) ^ loader.row0;
   }
   const int first = block_begin + warp;
   const int count = first < block_end ? (block_end - first + Cfg::kWarps - 1) / Cfg::kWarps : 0;
@@ -408,7 +430,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
       const RowAddress a = row_address(p, kv_head, row_first + r);
       v = static_cast<const T*>(p.q.ptr)[batch * p.q.batch_stride + a.query * p.q.row_stride + a.head * p.q.head_stride + c];
     }
-    sQ[r * kStride + c] = v;
+    sQ[r * Cfg::kQStride + c] = v;
   }
   __syncthreads();
 
