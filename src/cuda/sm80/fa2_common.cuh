@@ -1,10 +1,14 @@
-// Tile geometry and shared-memory movement of the FA2 forward kernels (sm80+).
+// Tile geometry and shared-memory movement of the FA2 kernels (sm80+).
 //
-// Shared-memory tiles hold rows of head_dim 16-bit elements, each row padded by 16 bytes. The padding
-// shifts consecutive rows by four banks, so the eight 16-byte row segments one ldmatrix phase reads
-// (eight consecutive rows, same columns) fall into eight distinct bank groups. Padding works for every
-// head dim (96 and 192 have row lengths that are not a power-of-two number of 16-byte chunks, which
-// an XOR swizzle over 8 chunks would not cover).
+// Shared-memory tiles hold rows of head_dim 16-bit elements in one of two layouts (SmemRows). Padded: each
+// row padded by 16 bytes, which shifts consecutive rows by four banks, so the eight 16-byte row segments one
+// ldmatrix phase reads (eight consecutive rows, same columns) fall into eight distinct bank groups; it works
+// for every head dim (96 has 12 chunks per row, which an XOR swizzle over groups of 8 would not cover).
+// Swizzled: dense rows whose 16-byte chunks are permuted within each group of eight by the row's low three
+// bits, which spreads the same eight segments over the bank groups. On a 32-byte aligned base every 32-byte
+// piece of a swizzled row lands on a 32-byte boundary, where every other padded row starts 16 bytes off one:
+// a cp.async copy whose destination straddles 32-byte units asks L2 for more sectors (measured 1.5x for
+// padded rows, docs/kvcache.md). Forward kernels choose per head dim (FwdConfig, fa2_fwd.cu).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,6 +29,48 @@ constexpr int kChunkElems = 8;  // 16-bit elements in one 16-byte cp.async / ldm
 constexpr int kChunkBytes = 16;
 constexpr int kElemBytes = 2;  // fp16 / bf16
 constexpr int kSmemPadElems = 8;  // 16 bytes of padding per shared-memory row (see the file comment)
+constexpr int kSwizzleChunks = 8;  // swizzled rows: 16-byte chunks permuted in groups of 8
+
+// One layout of shared-memory rows of kCols 16-bit elements (see the file comment): chunk c of row r sits at
+// chunk (c & ~7) | ((c ^ r) & 7) of a dense row when kSwizzled, at chunk c of a padded row otherwise.
+template <int kCols, bool kSwizzled_>
+struct SmemRows {
+  static constexpr bool kSwizzled = kSwizzled_;
+  static constexpr int kStride = kSwizzled ? kCols : kCols + kSmemPadElems;  // elements between rows
+  static_assert(!kSwizzled || (kCols / kChunkElems) % kSwizzleChunks == 0,
+                "swizzled rows permute whole groups of 8 chunks");
+
+  // Element offset of chunk `chunk` of row `row`.
+  __device__ __forceinline__ static int offset(int row, int chunk) {
+    const int pos = kSwizzled ? (chunk & ~(kSwizzleChunks - 1)) | ((chunk ^ row) & (kSwizzleChunks - 1)) : chunk;
+    return row * kStride + pos * kChunkElems;
+  }
+};
+
+// One lane's ldmatrix addresses in a tile of Rows: the lane reads row row_base + lane_row at chunk
+// chunk_base + lane_chunk, where row_base is a multiple of 8 and chunk_base's low three bits are disjoint
+// from lane_chunk's (both compile-time constants in the unrolled loops). On swizzled rows the row's low
+// bits are then lane_row's, and the permuted chunk's low bits are lane_off's XOR chunk_base's: one
+// loop-invariant register per lane and an immediate (a swizzled row's stride is a multiple of 64
+// elements, so the XOR touches only the chunk bits of lane_off). Padded rows keep the plain sum.
+template <typename Rows>
+struct LaneRows {
+  int lane_row, lane_col;  // padded rows
+  int lane_off;            // swizzled rows
+
+  __device__ __forceinline__ LaneRows(int row, int chunk)
+      : lane_row(row),
+        lane_col(chunk * kChunkElems),
+        lane_off(row * Rows::kStride + ((chunk ^ row) & (kSwizzleChunks - 1)) * kChunkElems) {}
+
+  __device__ __forceinline__ int at(int row_base, int chunk_base) const {
+    if constexpr (Rows::kSwizzled)
+      return row_base * Rows::kStride + (chunk_base & ~(kSwizzleChunks - 1)) * kChunkElems +
+             (lane_off ^ ((chunk_base & (kSwizzleChunks - 1)) * kChunkElems));
+    else
+      return (row_base + lane_row) * Rows::kStride + chunk_base * kChunkElems + lane_col;
+  }
+};
 
 // Tile sizes of one forward kernel. A CTA owns kBlockM query rows; warp w owns the kRowsPerWarp rows
 // starting at w * kRowsPerWarp, in kMTiles slices of 16 (sliced-Q: no cross-warp reduction).
@@ -33,7 +79,8 @@ constexpr int kSmemPadElems = 8;  // 16 bytes of padding per shared-memory row (
 // the GEMMs (V of block n loads under Q K^T of block n, K of block n - 1 under the softmax and P V of
 // block n), which halves the K/V shared memory so that two CTAs fit on an SM where double buffers would
 // allow only one.
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kStages_ = 2>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kStages_ = 2,
+          bool kSwizzleKv_ = false>
 struct FwdConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -53,11 +100,16 @@ struct FwdConfig {
   static constexpr int kDTiles = kHeadDim / kMmaN;       // accumulator tiles of O per slice
   static constexpr int kQkSteps = kHeadDim / kMmaK;      // k-steps of Q K^T
   static constexpr int kPvSteps = kBlockN / kMmaK;       // k-steps of P V
-  static constexpr int kSmemStride = kHeadDim + kSmemPadElems;  // elements between shared rows
+  // Q (and O in the epilogue) in padded rows: Q is copied once per CTA, and its fragments then need no
+  // per-lane chunk arithmetic. K and V, copied for every block, in swizzled rows with kSwizzleKv_.
+  using QRows = SmemRows<kHeadDim, false>;
+  using KvRows = SmemRows<kHeadDim, kSwizzleKv_>;
+  static constexpr int kQStride = QRows::kStride;    // elements between shared Q rows
+  static constexpr int kKvStride = KvRows::kStride;  // elements between shared K (V) rows
   static constexpr int kChunksPerRow = kHeadDim / kChunkElems;
 
-  static constexpr int kQElems = kBlockM * kSmemStride;
-  static constexpr int kKvElems = kBlockN * kSmemStride;  // one K (or V) buffer
+  static constexpr int kQElems = kBlockM * kQStride;
+  static constexpr int kKvElems = kBlockN * kKvStride;  // one K (or V) buffer
   static constexpr int kSmemBytes = (kQElems + 2 * kStages * kKvElems) * kElemBytes;  // Q, K and V
 
   static_assert(kStages == 1 || kStages == 2, "single or double K/V buffers");
@@ -67,7 +119,10 @@ struct FwdConfig {
   static_assert(kBlockN % kMmaK == 0, "kBlockN must be a multiple of 16 (P V k-steps)");
   static_assert(kNTiles % 2 == 0 && kDTiles % 2 == 0, "ldmatrix.x4 loads fragments for two n8 tiles at a time");
   static_assert((kRowsPerWarp * kChunksPerRow) % kWarpSize == 0, "the epilogue splits a warp's rows over lanes");
-  static_assert((kSmemStride * kElemBytes) % kChunkBytes == 0, "shared rows must stay 16-byte aligned for cp.async");
+  static_assert((kQStride * kElemBytes) % kChunkBytes == 0 && (kKvStride * kElemBytes) % kChunkBytes == 0,
+                "shared rows must stay 16-byte aligned for cp.async");
+  static_assert((kQElems * kElemBytes) % 32 == 0 && (kKvElems * kElemBytes) % 32 == 0,
+                "every tile must start 32-byte aligned (see the file comment)");
 };
 
 // The largest power of two that divides n, capped at `cap` (a power of two): threads that share one
@@ -81,14 +136,15 @@ constexpr int pow2_divisor(int n, int cap = kWarpSize) {
 constexpr int kMaxTileRows = 128;
 constexpr int64_t kMaxTileRowStride = int64_t(INT_MAX) / kMaxTileRows;
 
-// Copies a [kRows x kCols] tile of 16-bit elements from global to shared memory with 16-byte cp.async.
+// Copies a [kRows x kCols] tile of 16-bit elements from global to shared memory with 16-byte cp.async,
+// into rows kSmemStride elements apart, padded, or swizzled (SmemRows; kSmemStride == kCols).
 // Rows >= valid_rows and columns >= head_dim (a head dim padded up to the kernel's) are zero-filled
 // without reading global memory: stale shared data could hold NaN, and 0 * NaN is NaN.
 //
 // Each thread keeps one column set and one first row for every tile it ever loads (the other chunks
 // are at compile-time offsets), so the per-thread addressing state that stays live across the KV loop
 // is a few registers instead of one address per chunk.
-template <int kRows, int kCols, int kSmemStride, int kThreads>
+template <int kRows, int kCols, int kSmemStride, int kThreads, bool kSwizzled = false>
 struct TileLoader {
   static_assert(kRows <= kMaxTileRows, "the hosts' row-stride limit assumes tiles of at most kMaxTileRows rows");
   static constexpr int kChunksPerRow = kCols / kChunkElems;
@@ -98,12 +154,28 @@ struct TileLoader {
   static constexpr int kRowIters = kRows / kRowsPerPass;
   static_assert(kThreads % kThreadsPerRow == 0, "threads must cover whole rows");
   static_assert(kRows % kRowsPerPass == 0, "tile rows must split evenly over the CTA's threads");
+  // Swizzled: a thread's chunks are kThreadsPerRow apart (a multiple of 8: the permuted low bits stay the
+  // thread's own), and its rows kRowsPerPass apart (a power of two: below 8, row0 < kRowsPerPass, so row
+  // row0 + i * kRowsPerPass has the low bits row0 ^ (i * kRowsPerPass % 8)).
+  static_assert(!kSwizzled || (kSmemStride == kCols && kThreadsPerRow % kSwizzleChunks == 0 &&
+                               (kRowsPerPass & (kRowsPerPass - 1)) == 0),
+                "swizzled tiles: dense rows, whole chunk groups per thread, a power-of-two row step");
 
   int row0;  // first row of this thread
   int col0;  // first column (elements) of this thread
 
   __device__ __forceinline__ explicit TileLoader(int tid)
       : row0(tid / kThreadsPerRow), col0((tid % kThreadsPerRow) * kChunkElems) {}
+
+  // Shared offset (elements) of the thread's first chunk; swizzled, pass i XORs it with
+  // (i * kRowsPerPass % 8) * 8. Formed per call rather than kept: a third live register across the KV loop
+  // makes the head dim 128 forward spill.
+  __device__ __forceinline__ int first_offset() const {
+    if constexpr (kSwizzled)
+      return SmemRows<kCols, true>::offset(row0, col0 / kChunkElems);
+    else
+      return row0 * kSmemStride + col0;
+  }
 
   // row_stride <= kMaxTileRowStride (checked on the host): offsets inside one tile are 32-bit, which keeps
   // the addressing state small. Each chunk's address is formed anew from its offset: a row pointer stepped
@@ -113,17 +185,19 @@ struct TileLoader {
   __device__ __forceinline__ void load(T* smem, const T* gmem, int row_stride, int valid_rows,
                                        int head_dim) const {
     const int src_row = row0 * row_stride + col0;
-    T* dst_row = smem + row0 * kSmemStride + col0;
+    const int dst0 = first_offset();
 #pragma unroll
     for (int i = 0; i < kRowIters; ++i) {
       const bool row_ok = row0 + i * kRowsPerPass < valid_rows;
+      const int dst_row = (kSwizzled ? dst0 ^ ((i * kRowsPerPass) % kSwizzleChunks * kChunkElems) : dst0) +
+                          i * kRowsPerPass * kSmemStride;
 #pragma unroll
       for (int j = 0; j < kColIters; ++j) {
         const int col = j * kThreadsPerRow * kChunkElems;
         const bool valid = row_ok && col0 + col < head_dim;
         // With valid false the copy reads nothing (src-size 0), so the address may lie past the tensor.
         const int src = src_row + i * kRowsPerPass * row_stride + col;
-        cp_async_16(dst_row + i * kRowsPerPass * kSmemStride + col, gmem + src, valid);
+        cp_async_16(smem + dst_row + col, gmem + src, valid);
       }
     }
   }

@@ -72,15 +72,20 @@ template <bool kMasked, typename Cfg, typename T, typename AfterQk>
 __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParams& p, const T* sQ_warp,
                                              const T* sK, const T* sV, int lane, int len_q, int len_k,
                                              int first_row, int first_key, AfterQk&& after_qk) {
-  constexpr int kStride = Cfg::kSmemStride;
   const int g = lane / 4, t = lane % 4;
-  // ldmatrix row addresses (see ptx_sm80.cuh for the fragment layouts):
+  // ldmatrix row addresses (see ptx_sm80.cuh for the fragment layouts), as (lane's row, lane's chunk):
   //   Q (A operand): matrices {rows 0-7, 8-15} x {cols 0-7, 8-15}, in a0..a3 order.
-  //   K (B operand, keys are the n dim): {keys 0-7: d 0-7, d 8-15}, {keys 8-15: d 0-7, d 8-15}.
+  //   K (B operand, keys are the n dim): padded rows {keys 0-7: d 0-7, d 8-15}, {keys 8-15: d 0-7, d 8-15};
+  //     swizzled rows {keys 0-7, 8-15: d 0-7}, {keys 0-7, 8-15: d 8-15}, so that K reads row lane % 16 at
+  //     chunk lane / 16 like V and the two share one lane offset (one register and its XORs with the
+  //     k-step's chunk); the keys 0-7 fragment is then {kb0, kb2}, the keys 8-15 one {kb1, kb3}. (On padded
+  //     rows the shared offset makes ptxas spill at head dim 128.)
   //   V (B operand through .trans, keys are the k dim): {d 0-7: keys 0-7, 8-15}, {d 8-15: keys 0-7, 8-15}.
-  const int q_row = lane % 16, q_col = (lane / 16) * 8;
-  const int k_row = (lane / 16) * 8 + lane % 8, k_col = ((lane / 8) % 2) * 8;
-  const int v_row = lane % 16, v_col = (lane / 16) * 8;
+  constexpr bool kKvSwizzled = Cfg::KvRows::kSwizzled;
+  const int q_row = lane % 16, q_col = (lane / 16) * 8;  // Q's rows are always padded
+  const LaneRows<typename Cfg::KvRows> v_lane(lane % 16, lane / 16);
+  const LaneRows<typename Cfg::KvRows> k_lane(kKvSwizzled ? lane % 16 : (lane / 16) * 8 + lane % 8,
+                                              kKvSwizzled ? lane / 16 : (lane / 8) % 2);
 
   float s[Cfg::kMTiles][Cfg::kNTiles][4];
 #pragma unroll
@@ -95,13 +100,13 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
     uint32_t a[Cfg::kMTiles][4];
 #pragma unroll
     for (int mt = 0; mt < Cfg::kMTiles; ++mt)
-      ldmatrix_x4(a[mt], sQ_warp + (mt * kMmaM + q_row) * kStride + ks * kMmaK + q_col);
+      ldmatrix_x4(a[mt], sQ_warp + (mt * kMmaM + q_row) * Cfg::kQStride + ks * kMmaK + q_col);
 #pragma unroll
     for (int np = 0; np < Cfg::kNTiles / 2; ++np) {
       uint32_t kb[4];
-      ldmatrix_x4(kb, sK + (np * 16 + k_row) * kStride + ks * kMmaK + k_col);
-      const uint32_t b_lo[2] = {kb[0], kb[1]};
-      const uint32_t b_hi[2] = {kb[2], kb[3]};
+      ldmatrix_x4(kb, sK + k_lane.at(np * 16, ks * 2));
+      const uint32_t b_lo[2] = {kb[0], kKvSwizzled ? kb[2] : kb[1]};
+      const uint32_t b_hi[2] = {kKvSwizzled ? kb[1] : kb[2], kb[3]};
 #pragma unroll
       for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
         mma_16816<T>(s[mt][2 * np], a[mt], b_lo);
@@ -196,7 +201,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
 #pragma unroll
     for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
       uint32_t vb[4];
-      ldmatrix_x4_trans(vb, sV + (kk * kMmaK + v_row) * kStride + dp * 16 + v_col);
+      ldmatrix_x4_trans(vb, sV + v_lane.at(kk * kMmaK, dp * 2));
       const uint32_t b_lo[2] = {vb[0], vb[1]};
       const uint32_t b_hi[2] = {vb[2], vb[3]};
 #pragma unroll
@@ -217,11 +222,13 @@ struct LoopUniforms {
 
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_kernel(const AttnParams p) {
-  constexpr int kStride = Cfg::kSmemStride;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kQStride = Cfg::kQStride;
+  // 128-byte aligned: the static `uni` below comes first, and swizzled rows need a 32-byte aligned base
+  // (fa2_common.cuh).
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + Cfg::kQElems;                       // [kStages][kBlockN][kStride]
-  T* sV = sK + Cfg::kStages * Cfg::kKvElems;       // [kStages][kBlockN][kStride]
+  T* sK = sQ + Cfg::kQElems;                       // [kStages][kBlockN][kKvStride]
+  T* sV = sK + Cfg::kStages * Cfg::kKvElems;       // [kStages][kBlockN][kKvStride]
 
   // Q tiles in reverse launch order: with causal masks the last tiles see the most keys, so they start first.
   const int m_block = int(gridDim.x) - 1 - int(blockIdx.x);
@@ -266,7 +273,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
   // registers (ptxas then spills exactly these).
   __shared__ LoopUniforms<T> uni;
 
-  const TileLoader<Cfg::kBlockN, Cfg::kHeadDim, kStride, Cfg::kThreads> kv_loader(tid);
+  const TileLoader<Cfg::kBlockN, Cfg::kHeadDim, Cfg::kKvStride, Cfg::kThreads, Cfg::KvRows::kSwizzled> kv_loader(tid);
   auto load_k = [&](const T* k_base, int n_block, int stage) {
     const int key0 = n_block * Cfg::kBlockN;
     kv_loader.load(sK + stage * Cfg::kKvElems, k_base + key0 * p.k.row_stride, int(p.k.row_stride), len_k - key0,
@@ -283,10 +290,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
     const T* sV_stage = sV + stage * Cfg::kKvElems;
     const int key0 = n_block * Cfg::kBlockN;
     if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
-      attend_block</*kMasked=*/false>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
+      attend_block</*kMasked=*/false>(st, p, sQ + warp_row * kQStride, sK_stage, sV_stage, lane, len_q, len_k,
                                       row_begin + warp_row, key0, after_qk);
     else
-      attend_block</*kMasked=*/true>(st, p, sQ + warp_row * kStride, sK_stage, sV_stage, lane, len_q, len_k,
+      attend_block</*kMasked=*/true>(st, p, sQ + warp_row * kQStride, sK_stage, sV_stage, lane, len_q, len_k,
                                      row_begin + warp_row, key0, after_qk);
   };
 
@@ -301,8 +308,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
       uni.vis_lo = int((mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN);
       uni.vis_hi = int(mask.key_end(row_begin) / Cfg::kBlockN);
     }
-    TileLoader<Cfg::kBlockM, Cfg::kHeadDim, kStride, Cfg::kThreads>(tid).load(sQ, q_tile, int(p.q.row_stride),
-                                                                           row_end - row_begin, p.head_dim);
+    TileLoader<Cfg::kBlockM, Cfg::kHeadDim, kQStride, Cfg::kThreads>(tid).load(sQ, q_tile, int(p.q.row_stride),
+                                                                            row_end - row_begin, p.head_dim);
     const int n_first = int(range.first);
     if constexpr (Cfg::kStages == 2) {
       int stage = 0;
@@ -348,7 +355,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
   // Epilogue. Each warp stages its own rows of O in its own rows of sQ (only this warp ever read them),
   // then writes them out with 16-byte coalesced stores.
   const int g = lane / 4, t = lane % 4;
-  T* sO = sQ + warp_row * kStride;
+  T* sO = sQ + warp_row * kQStride;
   __syncwarp();
   float* lse = static_cast<float*>(p.lse.ptr);
 #pragma unroll
@@ -367,7 +374,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
 #pragma unroll
       for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
         const uint32_t packed = pack2<T>(st.o[mt][dt][2 * half] * inv, st.o[mt][dt][2 * half + 1] * inv);
-        *reinterpret_cast<uint32_t*>(sO + tile_row * kStride + dt * kMmaN + 2 * t) = packed;
+        *reinterpret_cast<uint32_t*>(sO + tile_row * kQStride + dt * kMmaN + 2 * t) = packed;
       }
     }
   }
@@ -382,7 +389,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
     const int col = (idx % Cfg::kChunksPerRow) * kChunkElems;
     if (row_begin + warp_row + r < len_q && col < p.head_dim)
       *reinterpret_cast<uint4*>(out_tile + r * p.out.row_stride + col) =
-          *reinterpret_cast<const uint4*>(sO + r * kStride + col);
+          *reinterpret_cast<const uint4*>(sO + r * kQStride + col);
   }
 }
 
