@@ -168,8 +168,8 @@ struct TileLoader {
       : row0(tid / kThreadsPerRow), col0((tid % kThreadsPerRow) * kChunkElems) {}
 
   // Shared offset (elements) of the thread's first chunk; swizzled, pass i XORs it with
-  // (i * kRowsPerPass % 8) * 8. Formed per call rather than kept: a third live register across the KV loop
-  // makes the head dim 128 forward spill.
+  // (i * kRowsPerPass % 8) * 8. Formed per call rather than kept, so that the loader's state across the KV
+  // loop stays two registers.
   __device__ __forceinline__ int first_offset() const {
     if constexpr (kSwizzled)
       return SmemRows<kCols, true>::offset(row0, col0 / kChunkElems);

@@ -26,9 +26,9 @@ using fa2::FwdConfig;
 // warps on 128-row tiles with double buffers (one CTA per SM, the same instruction count; Nsight Compute
 // had it waiting on its copies and barriers) this is 5-7% faster at head dim 256, 5-13% under a causal
 // mask (H200, bench/results/h200-20261202-epilogue-ab/).
-// K and V in swizzled dense rows (fa2_common.cuh) at head dims 192 and 256 only: at 256 they measured 2-5%
-// faster than padded rows, at 64 and 128 3-5% slower (H200, bench/results/h200-20261202-fa2-swizzle-ab/);
-// head dim 96 has no whole groups of 8 chunks to swizzle.
+// K and V in swizzled dense rows (fa2_common.cuh) at head dims 192 and 256 only: at 256 they measured 3-7%
+// faster than padded rows, at 64 and 128 3% and 5% slower (geometric means over the sweep; H200,
+// bench/results/h200-20261202-fa2-swizzle-ab/); head dim 96 has no whole groups of 8 chunks to swizzle.
 using Fwd64 = FwdConfig<64, 128, 64, 4, 2>;
 using Fwd96 = FwdConfig<96, 128, 64, 4, 2>;
 using Fwd128 = FwdConfig<128, 128, 64, 4, 2>;

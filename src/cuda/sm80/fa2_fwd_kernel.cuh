@@ -78,8 +78,8 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
   //   K (B operand, keys are the n dim): padded rows {keys 0-7: d 0-7, d 8-15}, {keys 8-15: d 0-7, d 8-15};
   //     swizzled rows {keys 0-7, 8-15: d 0-7}, {keys 0-7, 8-15: d 8-15}, so that K reads row lane % 16 at
   //     chunk lane / 16 like V and the two share one lane offset (one register and its XORs with the
-  //     k-step's chunk); the keys 0-7 fragment is then {kb0, kb2}, the keys 8-15 one {kb1, kb3}. (On padded
-  //     rows the shared offset makes ptxas spill at head dim 128.)
+  //     k-step's chunk); the keys 0-7 fragment is then {kb0, kb2}, the keys 8-15 one {kb1, kb3}. Padded rows
+  //     keep the first mapping, so their kernels stay as they were measured.
   //   V (B operand through .trans, keys are the k dim): {d 0-7: keys 0-7, 8-15}, {d 8-15: keys 0-7, 8-15}.
   constexpr bool kKvSwizzled = Cfg::KvRows::kSwizzled;
   const int q_row = lane % 16, q_col = (lane / 16) * 8;  // Q's rows are always padded
