@@ -28,7 +28,9 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
 }
 // The same copy with the L2::128B prefetch-size hint: L2 may fetch the surrounding 128 bytes along with the
 // 16 asked for. For a pure stream of whole rows (the decode kernels) this measured 2-3% more read
-// bandwidth on an H200 (docs/kvcache.md); the FA2 backward saw no change and keeps the plain copy.
+// bandwidth on an H200 while their shared rows were padded, and no difference since they are swizzled on
+// 32-byte boundaries (the .L2::256B hint: 5% less; docs/kvcache.md); the FA2 backward saw no change and
+// keeps the plain copy.
 __device__ __forceinline__ void cp_async_16_prefetch_128(void* smem_dst, const void* gmem_src, bool valid) {
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem_dst)),
