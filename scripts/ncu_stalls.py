@@ -87,12 +87,12 @@ def memory(data, ix, top):
             continue
         lines.append(f"{op:8s} {executed:>12d} executed  L2 sectors {sectors / executed:6.2f} per instruction "
                      f"(ideal {ideal / executed:6.2f})  shared wavefronts beyond ideal {shared / executed:6.2f}")
-    excess = lambda r: count(r, ix, L2_SECTORS) - count(r, ix, L2_IDEAL)
-    for i in sorted(range(len(data)), key=lambda i: -excess(data[i]))[:top]:
-        if excess(data[i]) <= 0:
+    excess = [(count(r, ix, L2_SECTORS) - count(r, ix, L2_IDEAL), i) for i, r in enumerate(data)]
+    for n, i in sorted(excess, key=lambda e: -e[0])[:top]:
+        if n <= 0:
             break
         r = data[i]
-        lines.append(f"{i:6d} {excess(r):>12d} excess sectors {r[ix['Instructions Executed']]:>9} "
+        lines.append(f"{i:6d} {n:>12d} excess sectors {r[ix['Instructions Executed']]:>9} "
                      f"{r[ix['Source']].strip()[:70]}")
     return lines
 
