@@ -13,7 +13,8 @@
 # that tree's GPU tests and run the fa3 ones, FA3_AB_TEST_FILTER, default Fa3*:*GpuForward*fa3*, each test
 # in its own process under FA3_AB_TEST_TIMEOUT seconds, default 120, so that a hang names its test;
 # FA3_AB_WATCHDOG=1 builds them apart with the mbarrier watchdog, so that a hang also names its barrier),
-# JOBS (default nproc). Every step prints into OUT/ab.log as it goes (the sweeps' rows too), so a run
+# JOBS (default nproc), FA3_AB_BENCH_TIMEOUT (seconds per sweep, default 300: a kernel that hangs ends the
+# sweep, not the session). Every step prints into OUT/ab.log as it goes (the sweeps' rows too), so a run
 # stopped part way still leaves its numbers there.
 # FA3_AB_BENCH=fa2 sweeps `--algo fa2` instead (FA3_AB_BENCH_ARGS="--dir fwd" for its forward rows only),
 # with SDPA's flash backend (FA2 itself) as the peer.
@@ -108,9 +109,9 @@ for pass in $(seq 1 "$PASSES"); do
   fi
   for i in "${order[@]}"; do
     say "pass $pass: ${names[$i]}"
-    FLASHATTN_COMMIT=${names[$i]} "${trees[$i]}/build-ab/flashattn" bench "${BENCH_ARGS[@]}" \
-      "${EXTRA_BENCH_ARGS[@]}" --json "$RAW/${names[$i]}-$pass.json" >>"$LOG" 2>&1 ||
-      say "bench of ${names[$i]} pass $pass FAILED"
+    FLASHATTN_COMMIT=${names[$i]} timeout "${FA3_AB_BENCH_TIMEOUT:-300}" "${trees[$i]}/build-ab/flashattn" bench \
+      "${BENCH_ARGS[@]}" "${EXTRA_BENCH_ARGS[@]}" --json "$RAW/${names[$i]}-$pass.json" >>"$LOG" 2>&1 ||
+      say "bench of ${names[$i]} pass $pass FAILED (rc $?)"
   done
 done
 
