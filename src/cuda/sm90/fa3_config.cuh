@@ -30,6 +30,13 @@ struct Fa3Config {
   static constexpr bool kPingPong = kPingPong_ && kWarpSpecialized_;  // consumers take turns issuing GEMMs
   static constexpr bool kIntraOverlap = kIntraOverlap_;  // softmax of block j runs under P V of block j-1
 
+  // Q buffers: two where shared memory allows (head dims 64 and 128 of the full kernel), so that the next
+  // tile's Q loads while this tile runs and its first Q K^T can be issued before this tile's epilogue, which
+  // then runs under it (Consumer::run). Head dim 256 (a second 64 KB Q does not fit) and the ablation
+  // variants keep one buffer and the epilogue right after the last P V.
+  static constexpr int kQBuffers = kWarpSpecialized && kPingPong && kIntraOverlap && kHeadDim != 256 ? 2 : 1;
+  static constexpr bool kDeferEpilogue = kQBuffers == 2;
+
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? sm90::kWarpgroupThreads : 0);
@@ -73,7 +80,7 @@ struct alignas(16) TileWork {
 // boundary when the struct does), barriers last.
 template <typename Cfg, typename T>
 struct Fa3Shared {
-  T q[Cfg::kBlockM * Cfg::kHeadDim];
+  T q[Cfg::kQBuffers][Cfg::kBlockM * Cfg::kHeadDim];
   T k[Cfg::kStages][Cfg::kBlockN * Cfg::kHeadDim];
   T v[Cfg::kStages][Cfg::kBlockN * Cfg::kHeadDim];
   // The epilogue's staging of O: per consumer warp, 16 rows x 64 columns (one 128-byte column block of its
@@ -81,8 +88,9 @@ struct Fa3Shared {
   T o_stage[Cfg::kConsumerWarpgroups * sm90::kWarpgroupWarps][16 * sm90::kSwizzleElems];
   // full: TMA bytes landed (one producer arrival + transaction bytes). k/v empty: every consumer
   // warpgroup's wgmma reading the stage completed (one arrival per consumer warpgroup). q_empty: every
-  // consumer warpgroup's last Q K^T of the tile completed (one arrival per consumer warpgroup).
-  uint64_t q_full, q_empty;
+  // consumer warpgroup's last Q K^T of the tile completed (one arrival per consumer warpgroup). The CTA's
+  // t-th tile takes Q buffer t % kQBuffers, phase (t / kQBuffers) & 1 of its pair.
+  uint64_t q_full[Cfg::kQBuffers], q_empty[Cfg::kQBuffers];
   uint64_t k_full[Cfg::kStages], k_empty[Cfg::kStages];
   uint64_t v_full[Cfg::kStages], v_empty[Cfg::kStages];
   // The tile queue (warp-specialized kernels): the slot holds the CTA's current tile (end: none left).

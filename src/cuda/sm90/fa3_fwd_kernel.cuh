@@ -5,9 +5,11 @@
 // tile, raises its register budget and runs S = Q K^T (wgmma, both operands in shared memory), the
 // online softmax and O += P V (wgmma, P from registers, V from shared memory), fp32 accumulators.
 //
-// Pipeline. Q has one buffer (q_full / q_empty), released as soon as the tile's last Q K^T has completed,
-// so the next tile's Q loads under the last P V and the epilogue; the CTA's t-th tile takes Q phase t,
-// even a tile without keys (skip_q). K and V rotate through kStages buffers
+// Pipeline. Q has one or two buffers (kQBuffers; q_full / q_empty each), a buffer released as soon as its
+// tile's last Q K^T has completed; the CTA's t-th tile takes buffer t % kQBuffers and its phase
+// (t / kQBuffers) & 1, even a tile without keys (skip_q). With one buffer the next tile's Q loads under the
+// last P V and the epilogue; with two it loads during the previous tile, and a tile's epilogue runs under
+// the next tile's first Q K^T (kDeferEpilogue). K and V rotate through kStages buffers
 // each with their own full/empty mbarriers, so Q K^T of a block can start before its V has landed. Block
 // counters run on across tiles: the stage of the i-th block a CTA ever handles is i % kStages and its
 // phase (i / kStages) & 1. Consumers wait `full` with that parity; the producer waits `empty` with the
@@ -50,7 +52,8 @@ namespace flashattn::cuda::fa3 {
 
 using sm90::kWarpgroupThreads;
 
-// Named barrier ids: 1, 2, 3 for the ping-pong turn of consumers 0, 1, 2 (0 is __syncthreads).
+// Named barrier ids: 1, 2, 3 for the ping-pong turn of consumers 0, 1, 2 (0 is __syncthreads); after them
+// one per consumer warpgroup for its own four warps (Consumer::sync_warpgroup).
 constexpr int kTurnBarrier = 1;
 // Threads that meet at a turn barrier: the warpgroup taking its turn and the one handing it over.
 constexpr int kTurnThreads = 2 * kWarpgroupThreads;
@@ -99,24 +102,34 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
 
 // ---- loads (issued by one thread) ---------------------------------------------------------------------
 
-// Q of the CTA's t-th tile. Every tile takes one phase of the Q barriers, so the phase of tile t is t & 1.
+// The Q buffer of the CTA's t-th tile and the phase of its barriers: every tile takes one phase of its
+// buffer's pair, so tile t takes buffer t % kQBuffers in phase (t / kQBuffers) & 1.
+template <typename Cfg>
+__device__ __forceinline__ int q_buffer(int t) { return t % Cfg::kQBuffers; }
+template <typename Cfg>
+__device__ __forceinline__ uint32_t q_phase(int t) { return uint32_t(t / Cfg::kQBuffers) & 1; }
+
+// Q of the CTA's t-th tile.
 template <typename Cfg, typename T>
 __device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p, const TileWork& w, int t) {
-  // Hazard: every consumer warpgroup's last Q K^T of the previous tile must have completed.
-  sm90::mbar_wait(&sm.q_empty, (t & 1) ^ 1);
-  sm90::mbar_arrive_expect_tx(&sm.q_full, Cfg::kQBytes);
+  const int b = q_buffer<Cfg>(t);
+  // Hazard: every consumer warpgroup's last Q K^T of the buffer's previous tile (t - kQBuffers) must have
+  // completed.
+  sm90::mbar_wait(&sm.q_empty[b], q_phase<Cfg>(t) ^ 1);
+  sm90::mbar_arrive_expect_tx(&sm.q_full[b], Cfg::kQBytes);
 #pragma unroll
   for (int c = 0; c < Cfg::kColBlocks; ++c)
-    sm90::tma_load_4d(sm.q + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full, c * sm90::kSwizzleElems,
-                      w.q_row, w.head, w.batch_coord);
+    sm90::tma_load_4d(sm.q[b] + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full[b],
+                      c * sm90::kSwizzleElems, w.q_row, w.head, w.batch_coord);
 }
 
-// A tile without keys (or rows) loads no Q but still takes its Q phase, so that the phase stays t & 1
-// (and the consumers need no count of their own): arrive on q_full with no transaction bytes.
+// A tile without keys (or rows) loads no Q but still takes its Q phase, so that tile t's phase stays what
+// q_phase says (and the consumers need no count of their own): arrive on q_full with no transaction bytes.
 template <typename Cfg, typename T>
 __device__ __forceinline__ void skip_q(Fa3Shared<Cfg, T>& sm, int t) {
-  sm90::mbar_wait(&sm.q_empty, (t & 1) ^ 1);
-  sm90::mbar_arrive(&sm.q_full);
+  const int b = q_buffer<Cfg>(t);
+  sm90::mbar_wait(&sm.q_empty[b], q_phase<Cfg>(t) ^ 1);
+  sm90::mbar_arrive(&sm.q_full[b]);
 }
 
 // Loads K (kV = false) or V of block n into the stage of ring position `iter`.
@@ -174,8 +187,10 @@ __device__ __forceinline__ TileWork read_tile(Fa3Shared<Cfg, T>& sm, int t) {
   return sm.tile_slot;
 }
 
-// The producer warpgroup's loop (one thread). K of a tile's first block goes out before its Q, so the
-// next tile's first keys stream in while the consumers are still in the previous tile's epilogue.
+// The producer warpgroup's loop (one thread). With one Q buffer, K of a tile's first block goes out before
+// its Q (whose buffer frees only after the previous tile's last Q K^T), so the next tile's first keys
+// stream in while the consumers finish the previous tile. With two, Q goes first: its buffer was freed a
+// tile earlier, so it loads while the previous tile still runs.
 template <typename Cfg, typename T>
 __device__ void producer_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
   int kv_iter = 0;
@@ -187,8 +202,13 @@ __device__ void producer_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
       skip_q(sm, t);
       continue;
     }
-    load_kv<false>(sm, p, w, w.n_last - 1, kv_iter);
-    load_q(sm, p, w, t);
+    if constexpr (Cfg::kQBuffers > 1) {
+      load_q(sm, p, w, t);
+      load_kv<false>(sm, p, w, w.n_last - 1, kv_iter);
+    } else {
+      load_kv<false>(sm, p, w, w.n_last - 1, kv_iter);
+      load_q(sm, p, w, t);
+    }
     load_kv<true>(sm, p, w, w.n_last - 1, kv_iter);
     ++kv_iter;
     for (int n = w.n_last - 2; n >= w.n_first; --n, ++kv_iter) {
@@ -337,6 +357,17 @@ __device__ __forceinline__ void pass_turn(int wg) {
     sm90::named_arrive(kTurnBarrier + (wg + 1) % Cfg::kConsumerWarpgroups, kTurnThreads);
 }
 
+// Where a consumer thread's part of a finished tile goes (Consumer::tile_end), kept for the epilogue, which
+// may run after the next tile has started (kDeferEpilogue).
+template <typename T>
+struct TileEnd {
+  T* out;         // the thread's first 16-byte chunk of O (epilogue's read-back row and chunk)
+  float* lse;     // the LSE of the thread's half-0 row; nullptr when not requested
+  int rows_left;  // rows of the tile from the thread's first O row on (the rest of the sequence)
+  int lse_rows;   // the same from its half-0 row
+  float mult;     // raw score -> log2 units
+};
+
 template <typename Cfg, typename T>
 struct Consumer {
   Fa3Shared<Cfg, T>& sm;
@@ -344,6 +375,7 @@ struct Consumer {
   int wg;   // consumer index, 0 .. kConsumerWarpgroups - 1
   int tid;  // thread in the warpgroup
   int kv_iter = 0;
+  int qbuf = 0;  // the current tile's Q buffer (q_buffer)
 
   __device__ int lane() const { return tid % 32; }
   __device__ int warp() const { return tid / 32; }  // in the warpgroup
@@ -386,7 +418,7 @@ struct Consumer {
   __device__ void qk(ConsumerState<Cfg>& st, int iter) {
     sm90::fence_registers(st.s);
     sm90::wgmma_fence();
-    issue_qk<Cfg, T>(st, sm.q + wg * Cfg::kRowsPerWarpgroup * sm90::kSwizzleElems, sm.k[iter % Cfg::kStages]);
+    issue_qk<Cfg, T>(st, sm.q[qbuf] + wg * Cfg::kRowsPerWarpgroup * sm90::kSwizzleElems, sm.k[iter % Cfg::kStages]);
     sm90::wgmma_commit();
   }
   __device__ void pv(ConsumerState<Cfg>& st, int iter) {
@@ -403,9 +435,20 @@ struct Consumer {
   // seqlen_k a multiple of kBlockN it needs none). Peeled from the loop so that every loop iteration has the
   // same wgmma groups in flight (ptxas serializes wgmma when it cannot prove which group a register read
   // waits for).
+  //
+  // The state of the previous tile is still in `st` when this runs: with kDeferEpilogue its epilogue runs
+  // here, after this tile's first Q K^T is issued and before it is waited for, so the tensor cores work
+  // under it (`pending`: there is such a tile; `prev`: where its rows go). Then O and the row statistics
+  // start over.
   template <bool kMasked>
-  __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int iter) {
-    qk_now(st, w, 0, iter);
+  __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int iter,
+                              bool pending, const TileEnd<T>& prev) {
+    qk_issue(st, iter);
+    if constexpr (Cfg::kDeferEpilogue) {
+      if (pending) epilogue(st, prev);
+    }
+    reset_state(st);
+    qk_complete(st, w, 0, iter);
     float factor[2];
     softmax_block<kMasked>(st, sp, (w.n_last - 1) * Cfg::kBlockN, quad(), factor);  // O is still 0: no rescale
     pack_p<Cfg, T>(st);
@@ -414,10 +457,16 @@ struct Consumer {
 
   // Q K^T (or P V) of block `idx` on its own: wait for the operand, issue in turn, wait, release.
   __device__ void qk_now(ConsumerState<Cfg>& st, const TileWork& w, int idx, int iter) {
+    qk_issue(st, iter);
+    qk_complete(st, w, idx, iter);
+  }
+  __device__ void qk_issue(ConsumerState<Cfg>& st, int iter) {
     wait_k(iter);
     take_turn<Cfg>(wg);
     qk(st, iter);
     pass_turn<Cfg>(wg);
+  }
+  __device__ void qk_complete(ConsumerState<Cfg>& st, const TileWork& w, int idx, int iter) {
     sm90::wgmma_wait<0>();
     sm90::fence_registers(st.s);
     release_k(iter);
@@ -511,16 +560,45 @@ struct Consumer {
     }
   }
 
-  // Q is free once this warpgroup's last Q K^T of the tile has completed (the caller waited for it): the
-  // producer can load the next tile's Q while this tile's last P V and epilogue run. One arrival per
-  // warpgroup, as for the K/V stages. Hazard: that is enough only while no warp of the warpgroup can be two
-  // Q phases behind thread 0, or it waits on an aliased parity forever. With keys, the tile's wgmma keeps
-  // the four warps together; without (skip_q), a warp can get one phase ahead at most, because the
-  // scheduler publishes the next tile only once every consumer thread has taken this one, which they do
-  // after their epilogue. Taking the next tile before the epilogue let a warp run two phases ahead
-  // (Fa3Forward.TileChangesAcrossManyTilesPerCta hung, FLASHATTN_MBAR_WATCHDOG named q_full).
+  // The tile's Q buffer is free once this warpgroup's last Q K^T of the tile has completed (the caller
+  // waited for it): the producer can load a later tile's Q into it. One arrival per warpgroup, as for the
+  // K/V stages. Hazard: that is enough only while every warp of the warpgroup has passed its wait on the
+  // buffer's q_full for this tile, or a warp left behind could see the buffer's next phase complete too
+  // and then wait on an aliased parity forever. With keys, the tile's wgmma keeps the four warps together;
+  // a tile without keys has none, so its path meets at a warpgroup barrier first (sync_warpgroup). (Without
+  // it, an earlier version that took the next tile before the epilogue let a warp run two phases ahead:
+  // Fa3Forward.TileChangesAcrossManyTilesPerCta hung, FLASHATTN_MBAR_WATCHDOG named q_full.)
   __device__ void release_q() {
-    if (tid == 0) sm90::mbar_arrive(&sm.q_empty);
+    if (tid == 0) sm90::mbar_arrive(&sm.q_empty[qbuf]);
+  }
+  // The warpgroup's own named barrier (after the consumers' turn barriers).
+  __device__ void sync_warpgroup() const {
+    sm90::named_sync(kTurnBarrier + Cfg::kConsumerWarpgroups + wg, kWarpgroupThreads);
+  }
+
+  // O = 0 and fresh row statistics for a new tile.
+  __device__ static void reset_state(ConsumerState<Cfg>& st) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kHeadDim / 2; ++i) st.o[i] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.row_max[h] = core::kNegInf;
+      st.row_sum[h] = 0.0f;
+    }
+  }
+
+  // Where this thread's rows of tile w go (epilogue's read-back mapping: lane l stores chunk l % 8 of rows
+  // l / 8 + 4 i of its warp's 16).
+  __device__ TileEnd<T> tile_end(const TileWork& w, const SoftmaxParams& sp) const {
+    TileEnd<T> e;
+    const int first_row = sp.row0 - lane() / 4;  // the warp's first row
+    e.out = out_rows(w) + int64_t(first_row + lane() / 8) * p.attn.out.row_stride + (lane() % 8) * 8;
+    e.rows_left = w.len_q - first_row - lane() / 8;
+    float* lse = lse_rows(w);
+    e.lse = lse == nullptr ? nullptr : lse + int64_t(sp.row0) * p.attn.lse.row_stride;
+    e.lse_rows = w.len_q - sp.row0;
+    e.mult = sp.mult;
+    return e;
   }
 
   // O / l and the LSE. The Q buffer is already loading the next tile, so each warp stages its 16 rows of O in
@@ -529,17 +607,15 @@ struct Consumer {
   // lanes per 128-byte row segment, and stores them (predicated on the row, no branch). The row pointer is
   // worked out once per thread. (Before: a 4 x 4 register transpose by shuffles per quad, 12 selects and 4
   // shuffles per 16-byte store, and the compiler rebuilt the 64-bit address inside each store's branch.)
-  __device__ void epilogue(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w) {
+  __device__ void epilogue(ConsumerState<Cfg>& st, const TileEnd<T>& e) {
     float inv[2];
-    float* lse = lse_rows(w);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float sum = quad_sum(st.row_sum[h]);
       inv[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
-      const int row = sp.row0 + 8 * h;
-      if (lse != nullptr && quad() == 0 && row < w.len_q)
-        lse[row * p.attn.lse.row_stride] =
-            sum > 0.0f ? (st.row_max[h] * sp.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
+      if (e.lse != nullptr && quad() == 0 && 8 * h < e.lse_rows)
+        e.lse[8 * h * p.attn.lse.row_stride] =
+            sum > 0.0f ? (st.row_max[h] * e.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
     }
     const T* staged = sm.o_stage[wg * sm90::kWarpgroupWarps + warp()];
     const uint32_t stage = sm90::smem_u32(staged);
@@ -548,12 +624,11 @@ struct Consumer {
     // block of a 16 x 16 block, 2, 3 the same of the right one.
     const int st_row = lane() % 8 + 8 * ((lane() / 8) % 2);
     const int st_half = lane() / 16;
-    // Read-back: lane l takes chunk l % 8 of rows l / 8 + 4 i.
+    // Read-back: lane l takes chunk l % 8 of rows l / 8 + 4 i (tile_end has its address).
     const int rd_row = lane() / 8, rd_chunk = lane() % 8;
-    const int first_row = sp.row0 - lane() / 4;  // the warp's first row
     const int64_t out_stride = p.attn.out.row_stride;
-    T* dst = out_rows(w) + int64_t(first_row + rd_row) * out_stride + rd_chunk * 8;
-    const int rows_left = w.len_q - first_row - rd_row;
+    T* dst = e.out;
+    const int rows_left = e.rows_left;
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
 #pragma unroll
@@ -582,13 +657,22 @@ struct Consumer {
     const AttnParams& a = p.attn;
     // Consumer 0 goes first: the last consumer hands it the first turn.
     if (Cfg::kPingPong && wg == Cfg::kConsumerWarpgroups - 1) sm90::named_arrive(kTurnBarrier + 0, kTurnThreads);
+    ConsumerState<Cfg> st;
+    // kDeferEpilogue: the previous tile's O, still in st, waits for its epilogue (pending), which runs under
+    // the next tile's first Q K^T (first_block), before a tile without keys, or after the last tile.
+    bool pending = false;
+    TileEnd<T> prev{};
     for (int t = 0;; ++t) {
       const TileWork w = take_tile(t);
       if (w.end) break;
+      qbuf = q_buffer<Cfg>(t);
       if (!w.valid || w.blocks() == 0) {  // its Q phase carries no data (skip_q)
+        if (Cfg::kDeferEpilogue && pending) epilogue(st, prev);
+        pending = false;
         if (is_loader()) skip_q(sm, t);
-        sm90::mbar_wait(&sm.q_full, t & 1);
+        sm90::mbar_wait(&sm.q_full[qbuf], q_phase<Cfg>(t));
         if (w.valid) write_empty_rows(w);
+        sync_warpgroup();  // every warp has passed the wait above before the buffer is released (release_q)
         release_q();
         continue;
       }
@@ -606,14 +690,6 @@ struct Consumer {
       sp.mask = a.mask(w.batch);
       sp.row0 = w.row_begin + local_row0();
 
-      ConsumerState<Cfg> st;
-#pragma unroll
-      for (int i = 0; i < Cfg::kHeadDim / 2; ++i) st.o[i] = 0.0f;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        st.row_max[h] = core::kNegInf;
-        st.row_sum[h] = 0.0f;
-      }
       // Blocks that need no per-element mask: [vis_lo, vis_hi) (see MaskSpec::tile_fully_visible).
       const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
       int vis_lo = int((sp.mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN);
@@ -622,7 +698,7 @@ struct Consumer {
       vis_hi = min(vis_hi, w.n_last);
       if (vis_lo >= vis_hi) vis_lo = vis_hi = w.n_first;  // no visible block: every block is masked
 
-      sm90::mbar_wait(&sm.q_full, t & 1);
+      sm90::mbar_wait(&sm.q_full[qbuf], q_phase<Cfg>(t));
       const int base = kv_iter;
       // The first block (KV block n_last - 1) is visible for every row iff vis_lo < vis_hi == n_last.
       // Measured (H200, bench/results/h200-20261202-shortn-ab/): the unmasked form gains up to 6% at head dim
@@ -632,9 +708,9 @@ struct Consumer {
       constexpr bool kTwoFirstForms =
           Cfg::kWarpSpecialized && Cfg::kPingPong && Cfg::kIntraOverlap && Cfg::kHeadDim != 256;
       if (kTwoFirstForms && vis_hi == w.n_last && vis_lo < vis_hi)
-        first_block<false>(st, sp, w, base);
+        first_block<false>(st, sp, w, base, pending, prev);
       else
-        first_block<true>(st, sp, w, base);
+        first_block<true>(st, sp, w, base, pending, prev);
       int idx = 1;
       int n = w.n_last - 2;
       for (; n >= vis_hi; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
@@ -643,8 +719,14 @@ struct Consumer {
       release_q();  // the tile's last Q K^T has completed (waited for inside the block)
       drain(st, w, idx - 1, base + idx - 1);
       kv_iter = base + idx;
-      epilogue(st, sp, w);
+      if constexpr (Cfg::kDeferEpilogue) {
+        prev = tile_end(w, sp);
+        pending = true;
+      } else {
+        epilogue(st, tile_end(w, sp));
+      }
     }
+    if (Cfg::kDeferEpilogue && pending) epilogue(st, prev);
     // Balance the turn barrier: the last consumer's final hand-over to consumer 0 has no matching wait yet.
     if (Cfg::kPingPong && wg == 0) sm90::named_sync(kTurnBarrier + 0, kTurnThreads);
   }
@@ -665,8 +747,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_
     sm90::prefetch_tensor_map(&params.tm_q);
     sm90::prefetch_tensor_map(&params.tm_k);
     sm90::prefetch_tensor_map(&params.tm_v);
-    sm90::mbar_init(&sm.q_full, 1);
-    sm90::mbar_init(&sm.q_empty, Cfg::kConsumerWarpgroups);
+    for (int b = 0; b < Cfg::kQBuffers; ++b) {
+      sm90::mbar_init(&sm.q_full[b], 1);
+      sm90::mbar_init(&sm.q_empty[b], Cfg::kConsumerWarpgroups);
+    }
     for (int s = 0; s < Cfg::kStages; ++s) {
       sm90::mbar_init(&sm.k_full[s], 1);
       sm90::mbar_init(&sm.v_full[s], 1);
