@@ -198,16 +198,8 @@ BIN=$CLI
 [ -x "$BIN" ] || BIN=$GPU_TESTS
 if command -v cuobjdump >/dev/null 2>&1 && [ -x "$BIN" ]; then
   cuobjdump --dump-sass "$BIN" >"$TMP/sass.txt" 2>/dev/null  # read by both checks below
-  # A kernel's counts are printed when the next kernel or the next code section begins (each section, one
-  # per translation unit and architecture, names its arch before its kernels), or at the end.
-  awk '
-    function flush() { if (name != "") printf "%-8s %6d %6d\t%s\n", arch, h, g, name; name = ""; h = g = 0 }
-    /code for sm_/ { flush(); arch = $NF; next }
-    /Function :/   { flush(); name = $NF; next }
-    /HGMMA/ { ++g; next }
-    /HMMA/  { ++h }
-    END { flush() }
-  ' "$TMP/sass.txt" | demangle | grep -E 'fa[123]_|fa[123]::' | awk -F'\t' '{ printf "%s  %s\n", $1, substr($2, 1, 160) }' >>"$SASS"
+  awk -f "$ROOT/scripts/sass_counts.awk" "$TMP/sass.txt" | demangle | grep -E 'fa[123]_|fa[123]::' |
+    awk -F'\t' '{ printf "%-8s %6d %6d  %s\n", $1, $2, $3, substr($4, 1, 160) }' >>"$SASS"
   fa2_kernels=$(grep -c 'fa2' "$SASS")
   fa2_hmma=$(awk '/fa2/ { s += $2 } END { print s + 0 }' "$SASS")
   fa2_hgmma=$(awk '/fa2/ { s += $3 } END { print s + 0 }' "$SASS")

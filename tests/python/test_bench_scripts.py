@@ -1,7 +1,8 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
 the median of the timed calls), the commit the merged results record, and the merged decode table; the
 profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
-scripts/decode_lab.py on the library's decode kernel; and the A/B table of scripts/fa3_ab.sh."""
+scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh; and the SASS
+counts of scripts/gpu_check.sh (scripts/sass_counts.awk)."""
 
 import csv
 import json
@@ -9,6 +10,9 @@ import gzip
 import os
 import sys
 import time
+
+import shutil
+import subprocess
 
 import pytest
 
@@ -310,3 +314,43 @@ def test_ab_table_fa2_keys_rows_by_direction_and_divides_by_flash(tmp_path, caps
     out = capsys.readouterr().out
     assert "new / base: geometric mean 1.100, min 1.100, max 1.100" in out
     assert "new / flash: geometric mean 1.100" in out
+
+
+SASS_TWO_SECTIONS = """
+Fatbin elf code:
+================
+arch = sm_80
+code version = [1,7]
+	code for sm_80
+		Function : _Z9fa3_stubv
+        /*0000*/                   EXIT ;
+		Function : _Z10fa2_kernelv
+        /*0000*/                   HMMA.16816.F32.BF16 R0, R4, R8, R0 ;
+        /*0010*/                   HMMA.16816.F32.BF16 R0, R4, R8, R0 ;
+Fatbin elf code:
+================
+arch = sm_90a
+	code for sm_90a
+		Function : _Z9fa3_stubv
+        /*0000*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], RZ, !UPT ;
+        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], R24 ;
+		Function : _Z10fa2_kernelv
+        /*0000*/                   HMMA.16816.F32.BF16 R0, R4, R8, R0 ;
+"""
+
+
+@pytest.mark.skipif(shutil.which("awk") is None, reason="no awk")
+def test_sass_counts_name_each_kernels_own_architecture(tmp_path):
+    # The last kernel of a code section belongs to that section's architecture, not the next one's (a
+    # two-architecture build once reported its sm_80 stubs as sm_90a kernels without HGMMA).
+    path = tmp_path / "sass.txt"
+    path.write_text(SASS_TWO_SECTIONS)
+    out = subprocess.run(["awk", "-f", os.path.join(SCRIPTS, "sass_counts.awk"), str(path)],
+                         check=True, capture_output=True, text=True).stdout
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert rows == [
+        ["sm_80", "0", "0", "_Z9fa3_stubv"],
+        ["sm_80", "2", "0", "_Z10fa2_kernelv"],
+        ["sm_90a", "0", "2", "_Z9fa3_stubv"],
+        ["sm_90a", "1", "0", "_Z10fa2_kernelv"],
+    ]
