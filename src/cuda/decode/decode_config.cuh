@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/common/problem_params.cuh"
+#include "cuda/common/smem_swizzle.cuh"
 
 namespace flashattn::cuda::decode {
 
@@ -22,7 +23,6 @@ constexpr int kMmaK = 16;
 constexpr int kChunkElems = 8;     // 16-bit elements per 16-byte cp.async chunk
 constexpr int kElemBytes = 2;      // fp16 / bf16
 constexpr int kQPadElems = 8;      // 16 bytes of padding per shared Q row: conflict-free ldmatrix phases
-constexpr int kSwizzleChunks = 8;  // K/V rows: 16-byte chunks permuted in groups of 8 (XOR with row % 8)
 constexpr int kMaxSplits = 128;    // equals flashattn::kMaxKVSplits (static_assert in decode_fwd.cu)
 // K/V bytes each CTA keeps in flight at least: with one or two CTAs per SM, tens of KB per SM are what
 // covers HBM latency at full bandwidth (Little's law: ~4 TB/s x ~1 us over 132 SMs).
@@ -50,8 +50,8 @@ struct DecodeConfig {
   static constexpr int kRowsPerPass = kWarpSize / kLanesPerRow;
   static constexpr int kRowPasses = kKeysPerBlock / kRowsPerPass;
 
-  // K and V rows are dense (kHeadDim elements) with their 16-byte chunks swizzled (swizzled_offset in
-  // decode_kernel.cuh); only Q keeps padded rows.
+  // K and V rows are dense (kHeadDim elements) with their 16-byte chunks swizzled
+  // (cuda/common/smem_swizzle.cuh); only Q keeps padded rows.
   static constexpr int kBlockElems = kKeysPerBlock * kHeadDim;  // one K (or V) block
   static constexpr int kStageElems = 2 * kBlockElems;              // K, then V
   static constexpr int kWarpRingElems = kStages * kStageElems;

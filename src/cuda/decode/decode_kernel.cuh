@@ -62,17 +62,10 @@ __device__ __forceinline__ TilePlan plan_tile(const DecodeParams& p, const core:
   return t;
 }
 
-// Shared K and V rows are dense, kHeadDim elements apart, on a 128-byte aligned base, so that every 32-byte
-// piece of a K/V row lands on a 32-byte boundary in shared memory: on an H200 a 512-byte cp.async copy
-// instruction then costs 16 L2 sectors, where rows padded by 16 bytes (half of them off a 32-byte boundary)
-// cost 24 and 4% of the read bandwidth (docs/kvcache.md). So that the eight rows an ldmatrix phase reads at
-// one logical 16-byte chunk still fall in eight different bank groups, chunk c of row r is stored at chunk
-// (c & ~7) | ((c ^ r) & 7). Every user XORs a per-lane value (the low bits its row and chunk contribute)
-// with a compile-time constant, so the offsets stay a few loop-invariant registers plus immediates.
-template <int kHeadDim>
-__device__ __forceinline__ int swizzled_offset(int row, int chunk_group, int chunk_lo) {
-  return row * kHeadDim + chunk_group * (kSwizzleChunks * kChunkElems) + chunk_lo * kChunkElems;
-}
+// Shared K and V rows are dense, kHeadDim elements apart, swizzled (cuda/common/smem_swizzle.cuh) on a
+// 128-byte aligned base. Every user XORs a per-lane value (the low bits its row and chunk contribute) with a
+// compile-time constant and addresses through swizzled_offset, so the offsets stay a few loop-invariant
+// registers plus immediates.
 
 // One warp's loads of K/V blocks into its ring. Lane l copies the 16-byte chunks of columns
 // col0 + c * kLanesPerRow * 8 of rows row0 + i * kRowsPerPass.

@@ -5,10 +5,9 @@
 // ldmatrix phase reads (eight consecutive rows, same columns) fall into eight distinct bank groups; it works
 // for every head dim (96 has 12 chunks per row, which an XOR swizzle over groups of 8 would not cover).
 // Swizzled: dense rows whose 16-byte chunks are permuted within each group of eight by the row's low three
-// bits, which spreads the same eight segments over the bank groups. On a 32-byte aligned base every 32-byte
-// piece of a swizzled row lands on a 32-byte boundary, where every other padded row starts 16 bytes off one:
-// a cp.async copy whose destination straddles 32-byte units asks L2 for more sectors (measured 1.5x for
-// padded rows, docs/kvcache.md). Forward kernels choose per head dim (FwdConfig, fa2_fwd.cu).
+// bits (cuda/common/smem_swizzle.cuh, shared with the decode kernels), which spreads the same eight segments
+// over the bank groups and keeps every 32-byte piece of a row on a 32-byte boundary, so cp.async copies ask
+// L2 for no more sectors than they need. Forward kernels choose per head dim (FwdConfig, fa2_fwd.cu).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,6 +17,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx_sm80.cuh"
+#include "cuda/common/smem_swizzle.cuh"
 
 namespace flashattn::cuda::fa2 {
 
@@ -29,7 +29,6 @@ constexpr int kChunkElems = 8;  // 16-bit elements in one 16-byte cp.async / ldm
 constexpr int kChunkBytes = 16;
 constexpr int kElemBytes = 2;  // fp16 / bf16
 constexpr int kSmemPadElems = 8;  // 16 bytes of padding per shared-memory row (see the file comment)
-constexpr int kSwizzleChunks = 8;  // swizzled rows: 16-byte chunks permuted in groups of 8
 
 // One layout of shared-memory rows of kCols 16-bit elements (see the file comment): chunk c of row r sits at
 // chunk (c & ~7) | ((c ^ r) & 7) of a dense row when kSwizzled, at chunk c of a padded row otherwise.
@@ -42,8 +41,10 @@ struct SmemRows {
 
   // Element offset of chunk `chunk` of row `row`.
   __device__ __forceinline__ static int offset(int row, int chunk) {
-    const int pos = kSwizzled ? (chunk & ~(kSwizzleChunks - 1)) | ((chunk ^ row) & (kSwizzleChunks - 1)) : chunk;
-    return row * kStride + pos * kChunkElems;
+    if constexpr (kSwizzled)
+      return swizzled_chunk_offset<kCols>(row, chunk);
+    else
+      return row * kStride + chunk * kChunkElems;
   }
 };
 
