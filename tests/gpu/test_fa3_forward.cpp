@@ -204,6 +204,36 @@ TEST(Fa3Forward, TileChangesAcrossManyTilesPerCta) {
   }
 }
 
+// Head dim 64 takes 128-row tiles (two consumer warpgroups) for causal problems of at most 1024 queries and
+// keys and 192-row tiles otherwise (fa3_consumers): each against the reference, the tile shape read from the
+// kernel name, on both sides of the limit.
+TEST(Fa3Forward, HeadDim64TileRowsByShape) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  struct Shape {
+    DType dtype;
+    int64_t sq, sk;
+    bool causal;
+    const char* kernel;
+  };
+  for (const Shape& v : {Shape{DType::kBFloat16, 1024, 1024, true, "fa3_fwd_sm90_bf16_hd64_m128n128"},
+                         Shape{DType::kFloat16, 300, 1000, true, "fa3_fwd_sm90_fp16_hd64_m128n128"},
+                         Shape{DType::kBFloat16, 1024, 1025, true, "fa3_fwd_sm90_bf16_hd64_m192n128"},
+                         Shape{DType::kBFloat16, 1025, 700, true, "fa3_fwd_sm90_bf16_hd64_m192n128"},
+                         Shape{DType::kFloat16, 1024, 1024, false, "fa3_fwd_sm90_fp16_hd64_m192n128"}}) {
+    Case c = fa3_case("hd64-tile-rows", v.dtype, 64, v.sq, v.sk);
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.causal = v.causal;
+    fat::check_forward_case(c, v.kernel);
+  }
+  // Varlen: the longest sequence decides.
+  Case varlen = fa3_case("hd64-tile-rows-varlen", DType::kBFloat16, 64, 0, 0);
+  varlen.lens_q = {1000, 3, 0, 517};
+  varlen.lens_k = {1000, 64, 9, 1024};
+  varlen.causal = true;
+  fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd64_m128n128");
+}
+
 // A causal GQA shape with three L2 sections of unequal size (8, 8 and 4 query-head pairs: 16384 keys of
 // head dim 64 put 4 KV heads in a section), run twice on one stream: every element written (the outputs
 // are poisoned), sampled rows of every head against the reference, both runs bitwise equal, and the

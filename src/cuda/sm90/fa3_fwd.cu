@@ -149,7 +149,7 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
     return Status::NotSupported("algorithm fa3: the driver offers no cuTensorMapEncodeTiled");
   if (kernel != nullptr) {
     *kernel = std::string("fa3_fwd_sm90_") + dtype_tag(p.dtype) + "_hd" + std::to_string(p.head_dim) + "_m" +
-              std::to_string(64 * fa3::fa3_consumers(int(p.head_dim))) + "n" +
+              std::to_string(64 * fa3::fa3_consumers(p)) + "n" +
               std::to_string(fa3::fa3_block_n(int(p.head_dim)));
   }
   return Status::Ok();
