@@ -71,6 +71,12 @@ TEST(Fa3Forward, SmallShapes) {
   causal.causal = true;
   fat::check_forward_case(causal, kFa3Prefix);
 
+  Case causal64 = fa3_case("small-causal-hd64", DType::kBFloat16, 64, 130, 200);  // 128-row tiles (fa3_consumers)
+  causal64.heads_q = 4;
+  causal64.heads_kv = 2;
+  causal64.causal = true;
+  fat::check_forward_case(causal64, "fa3_fwd_sm90_bf16_hd64_m128n128");
+
   Case gqa = fa3_case("small-gqa", DType::kFloat16, 64, 113, 203);
   gqa.heads_q = 8;
   gqa.heads_kv = 1;
