@@ -8,9 +8,8 @@ Status launch_hd64(const detail::Problem& prob, const Context& ctx, Fa3Variant v
   if (variant != Fa3Variant::kFull)
     return Status::NotSupported("algorithm fa3: the ablation variants are built for head_dim 128 only");
   if (fa3_consumers(prob) == 2) {  // short causal problems: 128-row tiles
-    using Cfg = ConfigFor<64, true, true, true, 2>;
-    if (prob.dtype == DType::kFloat16) return launch_config<Cfg, __half>(prob, ctx);
-    return launch_config<Cfg, __nv_bfloat16>(prob, ctx);
+    if (prob.dtype == DType::kFloat16) return launch_full<64, __half, 2>(prob, ctx);
+    return launch_full<64, __nv_bfloat16, 2>(prob, ctx);
   }
   if (prob.dtype == DType::kFloat16) return launch_full<64, __half>(prob, ctx);
   return launch_full<64, __nv_bfloat16>(prob, ctx);

@@ -81,10 +81,10 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   return own_counter.release();
 }
 
-// The full kernel.
-template <int kHeadDim, typename T>
+// The full kernel (kConsumers: fa3_consumers of the problem where a head dim has two tile shapes).
+template <int kHeadDim, typename T, int kConsumers = fa3_consumers(kHeadDim)>
 Status launch_full(const detail::Problem& prob, const Context& ctx) {
-  return launch_config<ConfigFor<kHeadDim>, T>(prob, ctx);
+  return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers>, T>(prob, ctx);
 }
 
 // The ablation: one overlap compiled out.
