@@ -3,7 +3,8 @@
 cuDNN backends, on the sweep of the FlashAttention papers (16384 tokens, hidden 2048, bf16), forward and
 backward, plus the machine's ceilings: a large bf16 GEMM and a large device-to-device copy.
 
-Timing: CUDA events around each call, warm-up calls first (at least --warmup of them and --warmup-ms of
+Timing: CUDA events around each call, the timed calls queued back to back and synchronized once (as
+`flashattn bench --gpu` does), warm-up calls first (at least --warmup of them and --warmup-ms of
 GPU time, as `flashattn bench --gpu` does: at its power limit the GPU settles at a lower clock after about
 a tenth of a second of load, so both sides are timed at the clock their kernel settles at), the median of
 the timed calls. Inputs are uniform in [-1, 1], as in `flashattn bench --gpu`. FLOPs are
