@@ -140,19 +140,19 @@ TEST(Fa3Forward, HundredRunsBitwiseEqual) {
 }
 
 // The section rule on the benchmark's shapes and at its edges (host code: runs without a GPU).
-TEST(Fa3Schedule, SectionsHoldTheKvThatFitsAndCausalOnesTwoWaves) {
+TEST(Fa3Schedule, PairByPairWithoutAMaskAndTwoWavesOfFittingKvWithOne) {
   using flashattn::cuda::fa3::kL2SectionBytes;
   using flashattn::cuda::fa3::l2_section_heads;
   constexpr int kGrid = 132;
-  // Equal tiles (no mask): the K/V that fit 16 MB, whatever the tile count.
-  // d 128, N 1024, batch 16 x 16 heads: 512 KB of K/V per head, 32 fit.
-  EXPECT_EQ(l2_section_heads(16, 16, 16, 1024, 128, 2, 8, kGrid, false), 32);
-  // d 256, N 512, batch 32 x 8 heads: 512 KB per head, 32 fit (4 Q tiles each: less than a wave).
-  EXPECT_EQ(l2_section_heads(32, 8, 8, 512, 256, 2, 4, kGrid, false), 32);
-  // d 128, N 16384, one sequence of 16 heads: 8 MB per head, 2 fit.
-  EXPECT_EQ(l2_section_heads(1, 16, 16, 16384, 128, 2, 128, kGrid, false), 2);
-  // Unequal tiles (causal): at least two waves. d 128, N 1024: 8 Q tiles per head, two waves (264 tiles)
-  // need 33 heads: 64 (the next power of two).
+  // Equal tiles (no mask): one pair per section, whatever the sizes.
+  EXPECT_EQ(l2_section_heads(16, 16, 16, 1024, 128, 2, 8, kGrid, false), 1);
+  EXPECT_EQ(l2_section_heads(32, 8, 8, 512, 256, 2, 4, kGrid, false), 1);
+  EXPECT_EQ(l2_section_heads(1, 16, 16, 16384, 128, 2, 128, kGrid, false), 1);
+  EXPECT_EQ(l2_section_heads(4, 32, 8, 4096, 128, 2, 32, kGrid, false), 1);
+  EXPECT_EQ(l2_section_heads(1, 1, 1, int64_t(1) << 30, 256, 2, 1, 1, false), 1);
+  // Unequal tiles (causal): the K/V that fit 16 MB, and at least two waves. d 128, N 1024, batch 16 x 16
+  // heads: 512 KB of K/V per head, 32 fit; 8 Q tiles per head, so two waves (264 tiles) need 33 heads: 64
+  // (the next power of two).
   EXPECT_EQ(l2_section_heads(16, 16, 16, 1024, 128, 2, 8, kGrid, true), 64);
   // d 256, N 512: 66 heads for two waves: 128.
   EXPECT_EQ(l2_section_heads(32, 8, 8, 512, 256, 2, 4, kGrid, true), 128);
@@ -162,16 +162,16 @@ TEST(Fa3Schedule, SectionsHoldTheKvThatFitsAndCausalOnesTwoWaves) {
   EXPECT_EQ(l2_section_heads(1, 16, 16, 16384, 128, 2, 128, kGrid, true), 4);
   // GQA 4:1: sections are whole groups of query heads (multiples of 4) and count the K/V once per group.
   EXPECT_EQ(l2_section_heads(1, 32, 8, 16384, 128, 2, 128, kGrid, true), 8);
-  EXPECT_EQ(l2_section_heads(4, 32, 8, 4096, 128, 2, 32, kGrid, false), 32);
   // Never more than all pairs, never fewer than one.
   EXPECT_EQ(l2_section_heads(1, 2, 2, 64, 64, 2, 1, kGrid, true), 2);
-  EXPECT_EQ(l2_section_heads(1, 1, 1, int64_t(1) << 30, 256, 2, 1, 1, false), 1);
+  EXPECT_EQ(l2_section_heads(1, 1, 1, int64_t(1) << 30, 256, 2, 1, 1, true), 1);
   EXPECT_EQ(l2_section_heads(1, 1, 1, 0, 64, 2, 0, 0, true), 1);
-  // Without the floor, the K/V of a section fit kL2SectionBytes, and a section is no smaller than needed.
+  // Where the two-wave floor does not bind (a grid of one CTA), a section's K/V fit kL2SectionBytes and the
+  // section is no smaller than needed.
   for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
     for (int64_t d : {64, 128, 256}) {
       const int64_t kv_head_bytes = n * d * 2 * 2;
-      const int heads = l2_section_heads(64, 8, 8, n, d, 2, int(n / 128), kGrid, false);
+      const int heads = l2_section_heads(64, 8, 8, n, d, 2, int(n / 128), 1, true);
       EXPECT_LE(heads * kv_head_bytes, kL2SectionBytes) << n << " " << d;
       EXPECT_GT(2 * heads * kv_head_bytes, kL2SectionBytes) << n << " " << d;
     }
