@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 #include "cli_args.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "device_buffers.h"
 #include "flashattn/kvcache.h"
 #include "json_writer.h"
 #include "run_shared.h"
@@ -232,6 +234,15 @@ struct RunResult {
   bool backward_pass() const { return bad_grads == 0 && reduced.kind != CheckOutcome::Kind::kFail && bitwise_equal; }
 };
 
+// The latency of one call on the GPU: calls each timed alone (no warm-up needed right after the timed
+// ones), their median into t->alone_ms.
+Status time_alone(const std::function<Status()>& call, const RunOptions& o, Timing* t) {
+  std::vector<double> times;
+  Status s = time_calls(/*on_gpu=*/true, 0, o.repeat, call, &times, 0, GpuTiming::kEachAlone);
+  if (s.ok()) t->alone_ms = median(times);
+  return s;
+}
+
 // Runs the problem; a non-ok Status names the step that failed in *step.
 Status execute(const RunOptions& o, const Target& target, RunResult* r, const char** step) {
   const bool gpu = target.backend == Backend::kCUDA;
@@ -261,6 +272,10 @@ Status execute(const RunOptions& o, const Target& target, RunResult* r, const ch
   progress.done();
   if (!s.ok()) return s;
   r->fwd = summarize(times, problem.forward_flops());
+  if (gpu) {
+    s = time_alone([&] { return forward(args, &r->fwd_info); }, o, &r->fwd);
+    if (!s.ok()) return s;
+  }
 
   *step = "download";
   if (s = b.download_forward(); !s.ok()) return s;
@@ -280,6 +295,10 @@ Status execute(const RunOptions& o, const Target& target, RunResult* r, const ch
   progress.done();
   if (!s.ok()) return s;
   r->bwd = summarize(times, kBackwardFlopFactor * r->fwd.flops);
+  if (gpu) {
+    s = time_alone([&] { return backward(bargs, &r->bwd_info); }, o, &r->bwd);
+    if (!s.ok()) return s;
+  }
   *step = "download";
   if (s = b.download_backward(); !s.ok()) return s;
   r->bad_grads = bad_gradients(b);
@@ -314,6 +333,7 @@ const char* outcome_text(CheckOutcome::Kind k) {
 void json_timing(JsonWriter* j, const char* key, const Timing& t) {
   j->key(key).begin_object();
   j->field("ms", t.median_ms).field("ms_min", t.min_ms).field("runs", t.runs);
+  if (t.alone_ms > 0) j->field("ms_alone", t.alone_ms);
   j->field("flops", t.flops).field("tflops", t.tflops()).end_object();
 }
 
@@ -355,8 +375,10 @@ void report_json(const RunOptions& o, const RunResult& r, bool pass) {
 // TFLOP/s on the GPU; GFLOP/s on the CPU, whose rates would print as 0.0x TFLOP/s.
 void print_timing(const char* label, const Timing& t, bool gpu) {
   const double rate = gpu ? t.tflops() : t.tflops() * kFlopsPerTera / kFlopsPerGiga;
-  std::printf("%-10s %.3f ms  (median of %d, min %.3f ms)  %.2f GFLOP  %.2f %s\n", label, t.median_ms, t.runs, t.min_ms,
+  std::printf("%-10s %.3f ms  (median of %d, min %.3f ms)  %.2f GFLOP  %.2f %s", label, t.median_ms, t.runs, t.min_ms,
               t.flops / kFlopsPerGiga, rate, gpu ? "TFLOP/s" : "GFLOP/s");
+  if (t.alone_ms > 0) std::printf("  (one call alone: %.3f ms)", t.alone_ms);
+  std::printf("\n");
 }
 
 void report_text(const RunOptions& o, const RunResult& r, bool pass) {

@@ -193,7 +193,7 @@ class EventPair {
 };
 
 Status time_gpu(int warmup, int repeat, const std::function<Status()>& call, std::vector<double>* times_ms,
-                double min_warmup_ms) {
+                double min_warmup_ms, GpuTiming mode) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point begin = Clock::now();
   Status s = Status::Ok();
@@ -217,15 +217,16 @@ Status time_gpu(int warmup, int repeat, const std::function<Status()>& call, std
       if (!s.ok()) return s;
     }
   }
-  // The timed calls are queued back to back, each between its own pair of events, before one
+  // kQueued: the timed calls are queued back to back, each between its own pair of events, before one
   // synchronization at the end (the way PyTorch's CUDA events and triton's do_bench time the peers): the
   // host prepares call i + 1 while the GPU runs call i, so each pair times the GPU's work. One untimed call
-  // goes first, so that the first pair does not start on an idle GPU either. (Synchronizing after every
-  // call also timed the host's launch path while the GPU sat idle.)
+  // goes first, so that the first pair does not start on an idle GPU either. kEachAlone: every call waited
+  // for, so each pair also holds the host's launch path while the GPU sits idle.
   std::unique_ptr<EventPair[]> pairs(new EventPair[size_t(std::max(repeat, 0))]);
   for (int i = 0; i < repeat; ++i)
     if (!pairs[size_t(i)].ok()) return Status::Runtime("cudaEventCreate failed");
-  if (repeat > 0) {
+  const bool queued = mode == GpuTiming::kQueued;
+  if (queued && repeat > 0) {
     s = call();
     if (!s.ok()) return s;
   }
@@ -237,6 +238,10 @@ Status time_gpu(int warmup, int repeat, const std::function<Status()>& call, std
     if (!s.ok()) return s;
     s = cuda_status(cudaEventRecord(e.stop(), nullptr), "cudaEventRecord");
     if (!s.ok()) return s;
+    if (!queued) {
+      s = cuda_status(cudaEventSynchronize(e.stop()), "kernel execution");
+      if (!s.ok()) return s;
+    }
   }
   s = gpu_synchronize();
   if (!s.ok()) return s;
@@ -274,15 +279,17 @@ Status DeviceAllocation::copy_from_host(const void*, size_t) { return not_built(
 Status gpu_synchronize() { return not_built(); }
 
 namespace {
-Status time_gpu(int, int, const std::function<Status()>&, std::vector<double>*, double) { return not_built(); }
+Status time_gpu(int, int, const std::function<Status()>&, std::vector<double>*, double, GpuTiming) {
+  return not_built();
+}
 }  // namespace
 
 #endif  // FLASHATTN_WITH_CUDA
 
 Status time_calls(bool on_gpu, int warmup, int repeat, const std::function<Status()>& call,
-                  std::vector<double>* times_ms, double min_warmup_ms) {
+                  std::vector<double>* times_ms, double min_warmup_ms, GpuTiming mode) {
   times_ms->clear();
-  if (on_gpu) return time_gpu(warmup, repeat, call, times_ms, min_warmup_ms);
+  if (on_gpu) return time_gpu(warmup, repeat, call, times_ms, min_warmup_ms, mode);
   using Clock = std::chrono::steady_clock;
   const Clock::time_point begin = Clock::now();
   for (int i = 0; i < warmup || std::chrono::duration<double, std::milli>(Clock::now() - begin).count() < min_warmup_ms;

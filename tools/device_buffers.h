@@ -74,13 +74,16 @@ class DeviceAllocation {
 
 // Times `call` `repeat` times after `warmup` untimed calls and returns each timed call's milliseconds.
 // On the GPU every timed call is bracketed by its own CUDA events on the default stream (the stream the CLI
-// passes to the library), all of them queued back to back before one synchronization, so that the host's
-// work for the next call overlaps the GPU's for this one; on the CPU by a steady clock. With min_warmup_ms > 0 the untimed calls go on until they
+// passes to the library), by default all of them queued back to back before one synchronization, so that
+// the host's work for the next call overlaps the GPU's for this one (the rate of calls in a stream); with
+// GpuTiming::kEachAlone each call starts on an idle GPU and is waited for before the next (the latency of
+// one call, its host-side launch path included). On the CPU by a steady clock. With min_warmup_ms > 0 the untimed calls go on until they
 // have also taken that long (wall clock, GPU work included): a GPU at its power limit lowers its clock
 // within about a tenth of a second of sustained load, so every measurement then sees the clock the
 // kernel itself settles at, whatever ran before it. Stops at the first call that returns an error.
+enum class GpuTiming { kQueued, kEachAlone };
 Status time_calls(bool on_gpu, int warmup, int repeat, const std::function<Status()>& call,
-                  std::vector<double>* times_ms, double min_warmup_ms = 0);
+                  std::vector<double>* times_ms, double min_warmup_ms = 0, GpuTiming mode = GpuTiming::kQueued);
 
 // Waits for all work on the current device and reports any asynchronous kernel error.
 Status gpu_synchronize();

@@ -48,6 +48,7 @@ struct RunOptions {
 struct Timing {
   double median_ms = 0, min_ms = 0;
   int runs = 0;
+  double alone_ms = 0;  // GPU (flashattn run): median of calls each timed alone, launch path included; else 0
   double flops = 0;
   double tflops() const;
 };
