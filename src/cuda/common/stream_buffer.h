@@ -1,5 +1,6 @@
-// A stream-ordered device allocation (cudaMallocAsync) that goes back to the stream's pool on every way
-// out of a launch sequence: kernels already queued on the stream keep it alive until they finish.
+// A stream-ordered device allocation from the current device's workspace pool (workspace_pool.h) that goes
+// back to the pool on every way out of a launch sequence: kernels already queued on the stream keep it
+// alive until they finish.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +9,7 @@
 #include <cstddef>
 
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/workspace_pool.h"
 
 namespace flashattn::cuda {
 
@@ -22,7 +24,12 @@ class StreamBuffer {
 
   // At least one byte is allocated, so the pointer is never null even for an empty workspace.
   Status allocate(size_t bytes) {
-    FA_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr_, std::max<size_t>(bytes, 1), stream_));
+    int device = 0;
+    FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    cudaMemPool_t pool = nullptr;
+    Status s = workspace_pool(device, &pool);
+    if (!s.ok()) return s;
+    FA_CUDA_RETURN_IF_ERROR(cudaMallocFromPoolAsync(&ptr_, std::max<size_t>(bytes, 1), pool, stream_));
     return Status::Ok();
   }
   Status allocate_zeroed(size_t bytes) {
