@@ -2,9 +2,10 @@
 //
 // cudaMallocAsync's default pool gives its free memory back to the driver at every synchronization (its
 // release threshold is 0), so a call that follows a synchronization maps its workspace afresh. Measured on
-// an H200: 150-200 us per fa2 backward call for its 128 MiB dQ accumulator (the sweep's shapes), 15-20% of
-// the call at N 512. This pool keeps up to kWorkspacePoolKeepBytes of freed memory for the next call
-// instead; larger workspaces than that are still mapped per call, where the kernels are long next to it.
+// an H200 (bench/results/h200-20261202-workspace-pool/): a synchronized fa2 backward call with its 128 MiB
+// dQ accumulator took 150-280 us longer than the same call queued behind another (15-25% of the call at
+// N 512); from this pool 0-7 us. The pool keeps up to kWorkspacePoolKeepBytes of freed memory for the next
+// call; larger workspaces than that are still mapped per call, where the kernels are long next to it.
 #pragma once
 
 #include <cuda_runtime.h>
