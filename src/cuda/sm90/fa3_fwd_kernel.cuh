@@ -26,11 +26,11 @@
 // global counter when the current one starts, works out its TileWork and hands it to the load thread and
 // the consumers through a one-slot queue in shared memory. CTAs that finish early take more tiles, which
 // evens out the unequal tiles of a causal mask. (Without warp specialization: the static schedule.)
-// Tile order (make_tile): L2 sections, each a run of (batch, query head) pairs whose K and V fit in a slice
-// of L2; inside a section the Q-tile index descends outermost (longest tiles first under a causal mask)
-// and the pair runs innermost. The CTAs busy at one time then work on a few pairs and share their K/V in
-// L2 (query heads of one KV head are adjacent pairs), instead of each reading its own pair's K/V from
-// device memory.
+// Tile order (make_tile): L2 sections, each a run of (batch, query head) pairs (l2_section_heads: one pair
+// without a mask; under one, pairs whose K and V fit in a slice of L2); inside a section the Q-tile index
+// descends outermost (longest tiles first under a causal mask) and the pair runs innermost. The CTAs busy
+// at one time then work on a few pairs and share their K/V in L2 (query heads of one KV head are adjacent
+// pairs), instead of each reading its own pair's K/V from device memory.
 //
 // The KV blocks of a tile are visited from the last to the first: the blocks that need a per-element mask
 // (causal diagonal, end of the keys) come first, then the fully visible ones, then those at a sliding
