@@ -1,6 +1,6 @@
-// A stream-ordered device allocation from the current device's workspace pool (workspace_pool.h) that goes
-// back to the pool on every way out of a launch sequence: kernels already queued on the stream keep it
-// alive until they finish.
+// A stream-ordered device allocation from the current device's workspace pool (workspace_pool.h; under
+// graph capture, from the graph) that goes back on every way out of a launch sequence: kernels already
+// queued on the stream keep it alive until they finish.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,13 +23,22 @@ class StreamBuffer {
   }
 
   // At least one byte is allocated, so the pointer is never null even for an empty workspace.
+  // On a stream being captured into a graph the allocation belongs to the graph (an allocation node), and
+  // no pool may be created during a capture: the stream's own stream-ordered allocator then.
   Status allocate(size_t bytes) {
+    const size_t n = std::max<size_t>(bytes, 1);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    FA_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) {
+      FA_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&ptr_, n, stream_));
+      return Status::Ok();
+    }
     int device = 0;
     FA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
     cudaMemPool_t pool = nullptr;
     Status s = workspace_pool(device, &pool);
     if (!s.ok()) return s;
-    FA_CUDA_RETURN_IF_ERROR(cudaMallocFromPoolAsync(&ptr_, std::max<size_t>(bytes, 1), pool, stream_));
+    FA_CUDA_RETURN_IF_ERROR(cudaMallocFromPoolAsync(&ptr_, n, pool, stream_));
     return Status::Ok();
   }
   Status allocate_zeroed(size_t bytes) {
