@@ -234,11 +234,11 @@ struct RunResult {
   bool backward_pass() const { return bad_grads == 0 && reduced.kind != CheckOutcome::Kind::kFail && bitwise_equal; }
 };
 
-// The latency of one call on the GPU: calls each timed alone (no warm-up needed right after the timed
-// ones), their median into t->alone_ms.
-Status time_alone(const std::function<Status()>& call, const RunOptions& o, Timing* t) {
+// The latency of one call on the GPU: `repeat` calls each timed alone (no warm-up needed right after the
+// timed ones), their median into t->alone_ms.
+Status time_alone(const std::function<Status()>& call, int repeat, Timing* t) {
   std::vector<double> times;
-  Status s = time_calls(/*on_gpu=*/true, 0, o.repeat, call, &times, 0, GpuTiming::kEachAlone);
+  Status s = time_calls(/*on_gpu=*/true, 0, repeat, call, &times, 0, GpuTiming::kEachAlone);
   if (s.ok()) t->alone_ms = median(times);
   return s;
 }
@@ -273,7 +273,7 @@ Status execute(const RunOptions& o, const Target& target, RunResult* r, const ch
   if (!s.ok()) return s;
   r->fwd = summarize(times, problem.forward_flops());
   if (gpu) {
-    s = time_alone([&] { return forward(args, &r->fwd_info); }, o, &r->fwd);
+    s = time_alone([&] { return forward(args, &r->fwd_info); }, o.repeat, &r->fwd);
     if (!s.ok()) return s;
   }
 
@@ -296,7 +296,7 @@ Status execute(const RunOptions& o, const Target& target, RunResult* r, const ch
   if (!s.ok()) return s;
   r->bwd = summarize(times, kBackwardFlopFactor * r->fwd.flops);
   if (gpu) {
-    s = time_alone([&] { return backward(bargs, &r->bwd_info); }, o, &r->bwd);
+    s = time_alone([&] { return backward(bargs, &r->bwd_info); }, o.repeat, &r->bwd);
     if (!s.ok()) return s;
   }
   *step = "download";

@@ -24,8 +24,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int l2_section_heads(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_k, int64_t head_dim,
                      int elem_bytes, int num_m_blocks, int grid, bool unequal_tiles) {
-  const int64_t pairs = std::max<int64_t>(1, batch * heads_q);
   if (!unequal_tiles) return 1;
+  const int64_t pairs = std::max<int64_t>(1, batch * heads_q);
   const int64_t group = std::max<int64_t>(1, heads_kv > 0 ? heads_q / heads_kv : 1);
   const int64_t kv_head_bytes = std::max<int64_t>(1, seqlen_k) * head_dim * 2 * elem_bytes;  // K and V
   const int64_t fit = floor_pow2(std::max<int64_t>(1, kL2SectionBytes / std::max<int64_t>(1, kv_head_bytes)));
