@@ -4,11 +4,12 @@
 # Usage: bash scripts/ncu_profile.sh [results-dir] [profile ...]
 #   profiles: fa3_d128_n8192 fa3_d128_n512 fa3_d64_n8192 fa3_d256_n8192 fa3_d128_n8192_causal
 #             decode_b1_32k decode_b64_4k fa2_bwd_d128_n8192 fa2_bwd_d256_n8192 sdpa_flash_bwd_d128_n8192
-#             fa2_fwd_d256_n8192 sdpa_flash_fwd_d256_n8192   (default: all)
+#             fa2_fwd_d256_n8192 sdpa_flash_fwd_d256_n8192 sdpa_cudnn_fwd_d128_n512
+#             sdpa_cudnn_fwd_d128_n8192   (default: all)
 # For each profile it writes <profile>.txt (the sections below, one launch after warm-up) and
 # <profile>_sass.csv.gz (per-instruction samples: where the warps stall).
-# sdpa_flash_* profiles PyTorch's flash backend (the peer of fa2) on the same shape as ours, for a
-# side-by-side reading of the two kernels; it needs torch with CUDA. Clocks are left as
+# sdpa_flash_* profiles PyTorch's flash backend (the peer of fa2), sdpa_cudnn_* its cuDNN backend (the peer
+# of fa3), on the same shape as ours, for a side-by-side reading of the kernels; they need torch with CUDA. Clocks are left as
 # they are (--clock-control none). Environment: FLASHATTN_BUILD_DIR (default build-gpu-check; built here
 # with FLASHATTN_CUDA_ARCHITECTURES, default 90a, when it holds no CLI), NCU (default ncu on PATH or in
 # /usr/local/cuda/bin).
@@ -37,36 +38,42 @@ SECTIONS=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section Mem
           --section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats
           --section InstructionStats --section SourceCounters)
 
-# name | kernel regex | flashattn run arguments
+# name ; kernel regex ; flashattn run arguments (or: sdpa backend direction batch heads seqlen head_dim)
 PROFILES=(
-  "fa3_d128_n8192|fa3_fwd_kernel|--algo fa3 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192"
-  "fa3_d128_n512|fa3_fwd_kernel|--algo fa3 --batch 32 --heads 16 --head-dim 128 --seqlen-q 512"
-  "fa3_d64_n8192|fa3_fwd_kernel|--algo fa3 --batch 2 --heads 32 --head-dim 64 --seqlen-q 8192"
-  "fa3_d256_n8192|fa3_fwd_kernel|--algo fa3 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192"
-  "fa3_d128_n8192_causal|fa3_fwd_kernel|--algo fa3 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --causal"
-  "decode_b1_32k|decode_splitkv_kernel|--kv-cache --batch 1 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 32768"
-  "decode_b64_4k|decode_splitkv_kernel|--kv-cache --batch 64 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 4096"
-  "fa2_bwd_d128_n8192|dkdv_kernel|--algo fa2 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --backward"
-  "fa2_bwd_d256_n8192|dkdv_kernel|--algo fa2 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192 --backward"
-  "sdpa_flash_bwd_d128_n8192|flash_bwd_dq_dk_dv|sdpa 2 16 8192 128"
-  "fa2_fwd_d256_n8192|fa2_fwd_kernel|--algo fa2 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192"
-  "sdpa_flash_fwd_d256_n8192|flash_fwd_kernel|sdpa 2 8 8192 256"
+  "fa3_d128_n8192;fa3_fwd_kernel;--algo fa3 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192"
+  "fa3_d128_n512;fa3_fwd_kernel;--algo fa3 --batch 32 --heads 16 --head-dim 128 --seqlen-q 512"
+  "fa3_d64_n8192;fa3_fwd_kernel;--algo fa3 --batch 2 --heads 32 --head-dim 64 --seqlen-q 8192"
+  "fa3_d256_n8192;fa3_fwd_kernel;--algo fa3 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192"
+  "fa3_d128_n8192_causal;fa3_fwd_kernel;--algo fa3 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --causal"
+  "decode_b1_32k;decode_splitkv_kernel;--kv-cache --batch 1 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 32768"
+  "decode_b64_4k;decode_splitkv_kernel;--kv-cache --batch 64 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 4096"
+  "fa2_bwd_d128_n8192;dkdv_kernel;--algo fa2 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --backward"
+  "fa2_bwd_d256_n8192;dkdv_kernel;--algo fa2 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192 --backward"
+  "sdpa_flash_bwd_d128_n8192;flash_bwd_dq_dk_dv;sdpa flash both 2 16 8192 128"
+  "fa2_fwd_d256_n8192;fa2_fwd_kernel;--algo fa2 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192"
+  "sdpa_flash_fwd_d256_n8192;flash_fwd_kernel;sdpa flash both 2 8 8192 256"
+  "sdpa_cudnn_fwd_d128_n512;cudnn|sdpa|fprop;sdpa cudnn fwd 32 16 512 128"
+  "sdpa_cudnn_fwd_d128_n8192;cudnn|sdpa|fprop;sdpa cudnn fwd 2 16 8192 128"
 )
 
-# PyTorch SDPA (flash backend, bf16, forward + backward three times) on: batch heads seqlen head_dim.
+# PyTorch SDPA (bf16, three calls) on: backend (flash|cudnn) direction (fwd|both) batch heads seqlen head_dim.
 SDPA_PY=$OUT/sdpa_once.py
 cat >"$SDPA_PY" <<'PY'
 import sys
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-b, h, n, d = map(int, sys.argv[1:5])
+backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[sys.argv[1]]
+grad = sys.argv[2] == "both"
+b, h, n, d = map(int, sys.argv[3:7])
 torch.manual_seed(1)
-q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=grad) for _ in range(3))
 g = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+with sdpa_kernel(backend):
     for _ in range(3):
-        F.scaled_dot_product_attention(q, k, v).backward(g)
+        out = F.scaled_dot_product_attention(q, k, v)
+        if grad:
+            out.backward(g)
 torch.cuda.synchronize()
 PY
 
@@ -80,7 +87,7 @@ selected() {
 
 rc=0
 for entry in "${PROFILES[@]}"; do
-  IFS='|' read -r name kernel args <<<"$entry"
+  IFS=';' read -r name kernel args <<<"$entry"
   selected "$name" || continue
   echo "ncu_profile: $name"
   rep="$OUT/$name"
