@@ -4,7 +4,8 @@
 #   build log (it holds the -Xptxas -v register and spill report) and a per-kernel spill table;
 #   ctest -L gpu and -L cli; pytest of tests/python when the Python extension can be built;
 #   compute-sanitizer memcheck and racecheck on a few small GPU tests; SASS of the attention kernels with
-#   their HMMA/HGMMA counts; the benchmark (`flashattn bench --gpu`, PyTorch SDPA peers, merged).
+#   their HMMA/HGMMA counts; the benchmark (`flashattn bench --gpu`, PyTorch SDPA peers, merged); fa3 and
+#   fa2 against cuDNN and flash in one process with alternating rounds (bench/interleaved.py --quick).
 #
 # Usage: bash scripts/gpu_check.sh [results-dir]        (default bench/results/gpu-<UTC date>)
 # Writes at most eight files there: build.log, tests.log, sanitizer.log, sass_summary.txt, bench.json,
@@ -18,7 +19,8 @@
 # under both tools),
 # FLASHATTN_COMMIT (recorded in the results; taken from git when unset, with "+dirty" appended when the
 # tracked files differ from that commit: set it where the checkout's git metadata may not match the tree).
-# The summary ends with the fa3/fa2 table and the decode table, each beside the peers and ceilings.
+# The summary ends with the fa3/fa2 table and the decode table, each beside the peers and ceilings, and the
+# interleaved tables.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -279,6 +281,35 @@ PY
   fi
 fi
 
+# ---- interleaved: ours and the peer in one process, alternating rounds (bench/interleaved.py) -----------
+# The two programs above each warm up for 200 ms, and the GPU's clock is still falling then, so short calls
+# can be timed at different clocks on the two sides; here both sides share one warm-up and alternate. Quick
+# shapes: fa3 against cuDNN (forward), fa2 against flash (backward). Written into bench.json ("interleaved")
+# and the summary.
+if [ "$BENCH_MODE" = off ] || [ ! -f "$BENCH_JSON" ]; then
+  row interleaved skipped "no benchmark run"
+elif [ ! -d "$TMP/py/flashattn" ]; then
+  row interleaved skipped "Python extension not built"
+else
+  t0=$(date +%s)
+  section "bench/interleaved.py --quick" >>"$TESTS_LOG"
+  il_rc=0
+  for dir in fwd bwd; do
+    PYTHONPATH=$TMP/py${PYTHONPATH:+:$PYTHONPATH} python3 "$ROOT/bench/interleaved.py" --dir $dir --quick \
+      --warmup-ms 600 --json "$TMP/interleaved_$dir.json" >"$TMP/interleaved_$dir.txt" 2>&1 || il_rc=1
+    cat "$TMP/interleaved_$dir.txt" >>"$TESTS_LOG"
+  done
+  python3 - "$BENCH_JSON" "$TMP/interleaved_fwd.json" "$TMP/interleaved_bwd.json" >>"$TESTS_LOG" 2>&1 <<'PY' || il_rc=1
+import json, os, sys
+bench = json.load(open(sys.argv[1]))
+bench["interleaved"] = [json.load(open(f)) for f in sys.argv[2:] if os.path.exists(f)]
+json.dump(bench, open(sys.argv[1], "w"), indent=1)
+PY
+  gm=$(grep -h "^geometric mean" "$TMP"/interleaved_*.txt 2>/dev/null | sed 's/geometric mean of //; s/ over .*//' | paste -sd';' -)
+  if [ $il_rc -eq 0 ]; then row interleaved ok "${gm:-no rows} ($(elapsed "$t0"))"
+  else row interleaved FAILED "rc $il_rc (tests.log)"; fi
+fi
+
 # ---- decode (KV cache): split-KV tests, bandwidth benchmark, SDPA peers ---------------------------------
 # decode.json: `flashattn bench --gpu --decode` merged with bench/peers_decode.py by bench/compare.py.
 if [ "$BENCH_MODE" = off ]; then
@@ -312,6 +343,7 @@ fi
   printf '%s\n' "${ROWS[@]}"
   if [ -f "$TMP/compare.txt" ]; then echo; cat "$TMP/compare.txt"; fi
   if [ -f "$TMP/decode_compare.txt" ]; then echo; cat "$TMP/decode_compare.txt"; fi
+  for f in "$TMP"/interleaved_fwd.txt "$TMP"/interleaved_bwd.txt; do [ -f "$f" ] && { echo; cat "$f"; }; done
 } >"$SUMMARY"
 cat "$SUMMARY"
 grep -q ' FAILED ' "$SUMMARY" && exit 1

@@ -24,7 +24,10 @@ sys.path.insert(0, SCRIPTS)
 import ab_table  # noqa: E402
 import compare  # noqa: E402
 import decode_lab  # noqa: E402
+import interleaved  # noqa: E402
+import launch_gaps  # noqa: E402
 import ncu_stalls  # noqa: E402
+import peer_kernels  # noqa: E402
 import peers_sdpa  # noqa: E402
 
 
@@ -77,6 +80,57 @@ def test_timer_warms_up_until_the_time_has_passed():
     assert torch.cuda.syncs < warmup_calls
     # The timed calls are measured one by one: about call_ms each.
     assert call_ms * 0.9 <= ms <= call_ms * 20
+
+
+def test_interleaved_shapes_default_to_the_sweep_and_parse_lists():
+    args = interleaved.parse_args([])
+    shapes = interleaved.sweep(args)
+    assert len(shapes) == 36 and shapes[0] == (64, 512, False) and shapes[-1] == (256, 16384, True)
+    assert interleaved.sweep(interleaved.parse_args(["--quick"]))[:2] == [(64, 512, False), (64, 512, True)]
+    assert interleaved.sweep(interleaved.parse_args(["--shapes", "128:2048:1,256:512:no"])) == [
+        (128, 2048, True), (256, 512, False)]
+
+
+def test_interleaved_warm_up_alternates_the_sides_until_the_time_has_passed():
+    torch, order = FakeTorch(), []
+
+    def side(name):
+        def call():
+            time.sleep(0.5e-3)
+            order.append(name)
+        return call
+
+    begin = time.perf_counter()
+    interleaved.warm(torch, [side("a"), side("b")], 30.0)
+    assert (time.perf_counter() - begin) * 1e3 >= 30.0
+    assert order[0] == "a" and "b" in order
+    # Each turn is a batch of calls of one side, then the other side's batch: both get about half.
+    assert 0.25 <= order.count("a") / len(order) <= 0.75
+    times = interleaved.timed(torch, side("a"), 4)
+    assert len(times) == 4 and all(0.4 <= t <= 20 for t in times)
+
+
+def write_trace(path, kernels):
+    events = [{"cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"grid": [132, 1, 1], "block": [384, 1, 1]}}
+              for name, ts, dur in kernels]
+    events.append({"cat": "cpu_op", "name": "aten::add", "ts": 0.0, "dur": 5.0})
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events}, f)
+
+
+def test_launch_gaps_reads_kernels_in_start_order(tmp_path):
+    path = tmp_path / "trace.json"
+    write_trace(path, [("k2", 20.0, 8.0), ("k1", 0.0, 10.0)])
+    assert launch_gaps.kernel_events(str(path)) == [(0.0, 10.0, "k1"), (20.0, 8.0, "k2")]
+
+
+def test_peer_kernels_totals_calls_and_keeps_the_first_launch_configuration(tmp_path):
+    path = tmp_path / "trace.json"
+    write_trace(path, [("fprop", 0.0, 10.0), ("fprop", 30.0, 14.0), ("helper", 12.0, 1.0)])
+    rows = peer_kernels.kernel_rows(str(path))
+    assert [r["kernel"] for r in rows] == ["fprop", "helper"]
+    assert rows[0]["calls"] == 2 and rows[0]["mean_us"] == 12.0 and rows[0]["grid"] == [132, 1, 1]
+    assert peer_kernels.parse_shapes("128:512:0,64:8192:1") == [(128, 512, False), (64, 8192, True)]
 
 
 def test_merged_results_record_flashattn_commit_first(monkeypatch):
