@@ -66,6 +66,25 @@ def torch_and_backends(prog, backends_text):
     return torch, backends
 
 
+def torch_and_flashattn(prog):
+    """PyTorch (with a CUDA device) and the flashattn package, for the scripts that time both in one process;
+    (None, None) after saying which is missing."""
+    try:
+        import torch
+    except ImportError:
+        print(f"{prog}: PyTorch is not installed; nothing to time")
+        return None, None
+    if not torch.cuda.is_available():
+        print(f"{prog}: no CUDA device visible to PyTorch; nothing to time")
+        return None, None
+    try:
+        import flashattn
+    except ImportError as err:
+        print(f"{prog}: the flashattn package is not importable ({err}); nothing to time")
+        return None, None
+    return torch, flashattn
+
+
 def sdpa_backend_kinds():
     """Our backend names mapped to torch's SDPBackend values (for sdpa_kernel)."""
     from torch.nn.attention import SDPBackend

@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 
-from bench_common import head_commit, sdpa_backend_kinds, utc_date, write_json
+from bench_common import head_commit, torch_and_flashattn, sdpa_backend_kinds, utc_date, write_json
 
 TOKENS = 16384
 HIDDEN = 2048
@@ -95,18 +95,8 @@ def timed(torch, fn, calls):
 
 def main(argv):
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("interleaved: PyTorch is not installed; nothing to compare")
-        return 0
-    if not torch.cuda.is_available():
-        print("interleaved: no CUDA device visible to PyTorch; nothing to compare")
-        return 0
-    try:
-        import flashattn
-    except ImportError as err:
-        print(f"interleaved: the flashattn package is not importable ({err}); nothing to compare")
+    torch, flashattn = torch_and_flashattn("interleaved")
+    if torch is None:
         return 0
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel

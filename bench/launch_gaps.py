@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import head_commit, utc_date, write_json
+from bench_common import head_commit, torch_and_flashattn, utc_date, write_json
 
 TOKENS = 16384
 HIDDEN = 2048
@@ -124,18 +124,8 @@ def measure(torch, call, calls, warmup_ms):
 
 def main(argv):
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("launch_gaps: PyTorch is not installed")
-        return 0
-    if not torch.cuda.is_available():
-        print("launch_gaps: no CUDA device")
-        return 0
-    try:
-        import flashattn
-    except ImportError as err:
-        print(f"launch_gaps: the flashattn package is not importable ({err})")
+    torch, flashattn = torch_and_flashattn("launch_gaps")
+    if torch is None:
         return 0
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
