@@ -6,10 +6,13 @@ Each side is warmed up (--warmup-ms of calls, as the benchmarks do, so both run 
 settle at), then --calls calls are queued back to back under PyTorch's profiler. From the CUDA kernel events
 it reports per call: the wall time between the first kernel's start and the last kernel's end divided by the
 calls, the mean kernel time, the mean gap between one kernel's end and the next one's start, the number of
-kernels per call, and the host time to enqueue one call. A queued call is GPU-bound when its host time is
-below its kernel time; then the gaps are the device's own launch latency.
+kernels per call, and the host time to enqueue one call; then, outside the profiler, the median of CUDA-event
+pairs around queued calls (the benchmarks' method), and the SM clock and power nvidia-smi reads during about a
+second of calls. A queued call is GPU-bound when its host time is below its kernel time; then the gaps are the
+device's own launch latency. `--data bf16` fills the inputs by bf16 arithmetic (few mantissa bits set) instead
+of rounding fp32 draws, to see whether the values' bits move the clock.
 
-Usage: python3 bench/launch_gaps.py [--json FILE] [--shapes d:N:causal,...] [--algo fa3]
+Usage: python3 bench/launch_gaps.py [--json FILE] [--shapes d:N:causal,...] [--algo fa3] [--data fp32,bf16]
 Needs torch with CUDA and the flashattn package built with CUDA (exits 0 with a message otherwise).
 """
 
