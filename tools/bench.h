@@ -9,6 +9,12 @@
 
 namespace flashattn::cli {
 
+// The sweep and the ablation warm each measurement up for at least this long (time_calls): the H200 at its
+// 700 W limit runs attention at a lower clock after ~0.1 s of load than from idle, and bench/peers_sdpa.py
+// warms up its peers the same way, so ours and theirs are compared at the clock each settles at. `--warmup-ms`
+// sets it (bench/interleaved.py shows that after 200 ms the clock is still falling).
+constexpr double kGpuSustainedWarmupMs = 200.0;
+
 struct BenchOptions {
   bool gpu = false;
   bool quick = false;
@@ -19,6 +25,7 @@ struct BenchOptions {
   int threads = 0;                    // CPU: worker threads (0 = all)
   int repeat = 0;                     // timed runs (0 = the benchmark's default)
   int warmup = -1;                    // untimed runs first (-1 = the benchmark's default)
+  double warmup_ms = kGpuSustainedWarmupMs;  // GPU sweep and ablation: minimum warm-up time per row
   int splits = 0;                     // --decode: KV splits forced on every call (0 = the backend's choice)
   bool forward = true;                // GPU sweep: the forward rows (--dir fwd or both)
   bool backward = true;               // GPU sweep: the backward rows (--dir bwd or both)

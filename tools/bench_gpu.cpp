@@ -210,7 +210,7 @@ int bench_ablation(const BenchOptions& o) {
               "after %d warm-up runs and at least %.0f ms of them\n",
               gpus.front().name.c_str(), driver_version().c_str(), (long long)kAblationBatch,
               (long long)kAblationSeqlen, (long long)kAblationHeads, (long long)kAblationHeadDim, repeat, warmup,
-              kGpuSustainedWarmupMs);
+              o.warmup_ms);
   std::printf("%-30s %10s %8s %8s  %s\n", "variant", "ms", "TFLOP/s", "of full", "kernel");
 
   std::vector<AblationRow> rows;
@@ -236,7 +236,7 @@ int bench_ablation(const BenchOptions& o) {
     s = time_calls(/*on_gpu=*/true, warmup, repeat,
                    [&] { return r.algo == Algorithm::kFA3 ? forward_fa3_ablation(args, r.variant, &info)
                                                           : forward(args, &info); },
-                   &times, kGpuSustainedWarmupMs);
+                   &times, o.warmup_ms);
     progress.done();
     if (!s.ok()) {
       if (!is_skip(s)) {
@@ -259,7 +259,7 @@ int bench_ablation(const BenchOptions& o) {
     j.key("shape").begin_object().field("batch", kAblationBatch).field("seqlen", kAblationSeqlen);
     j.field("heads", kAblationHeads).field("head_dim", kAblationHeadDim).field("dtype", to_string(kDtype));
     j.field("causal", false).end_object();
-    j.field("repeat", repeat).field("warmup", warmup).field("warmup_ms", kGpuSustainedWarmupMs);
+    j.field("repeat", repeat).field("warmup", warmup).field("warmup_ms", o.warmup_ms);
     j.field("flops", "forward 4*b*h*N*N*d");
     j.key("rows").begin_array();
     for (const AblationRow& r : rows) {
@@ -307,7 +307,7 @@ int bench_gpu(const BenchOptions& o) {
   std::printf("gpu: %s, driver %s; bf16, %lld tokens, hidden %lld; median of %d runs after %d warm-up runs and at "
               "least %.0f ms of them\n",
               gpus.front().name.c_str(), driver_version().c_str(), (long long)kTokens, (long long)kHidden, repeat,
-              warmup, kGpuSustainedWarmupMs);
+              warmup, o.warmup_ms);
   std::printf("%-8s %-3s %4s %6s %3s %3s %-6s %10s %8s  %s\n", "algo", "dir", "d", "N", "b", "h", "causal", "ms",
               "TFLOP/s", "kernel");
   std::vector<GpuRow> rows;
@@ -337,7 +337,7 @@ int bench_gpu(const BenchOptions& o) {
             if (s.ok()) {
               s = time_calls(/*on_gpu=*/true, warmup, repeat,
                              [&] { return bwd ? backward(args, &info) : forward(args.fwd, &info); }, &times,
-                             kGpuSustainedWarmupMs);
+                             o.warmup_ms);
             }
             progress.done();
             if (!s.ok()) {
@@ -365,7 +365,7 @@ int bench_gpu(const BenchOptions& o) {
     JsonWriter j;
     begin_gpu_result(j, "gpu_sweep", gpus.front());
     j.field("dtype", to_string(kDtype)).field("tokens", kTokens).field("hidden", kHidden);
-    j.field("repeat", repeat).field("warmup", warmup).field("warmup_ms", kGpuSustainedWarmupMs);
+    j.field("repeat", repeat).field("warmup", warmup).field("warmup_ms", o.warmup_ms);
     j.field("flops", "forward 4*b*h*N*N*d (x0.5 causal); backward 2.5x forward");
     j.key("rows").begin_array();
     for (const GpuRow& r : rows) {

@@ -15,11 +15,6 @@ namespace flashattn::cli {
 constexpr int kGpuDefaultRepeat = 10;
 constexpr int kGpuDefaultWarmup = 3;
 
-// The sweep and the ablation warm each measurement up for at least this long (time_calls): the H200 at its
-// 700 W limit runs attention at a lower clock after ~0.1 s of load than from idle, and bench/peers_sdpa.py
-// warms up its peers the same way, so ours and theirs are compared at the clock each settles at.
-constexpr double kGpuSustainedWarmupMs = 200.0;
-
 inline int gpu_repeat(const BenchOptions& o) { return o.repeat > 0 ? o.repeat : kGpuDefaultRepeat; }
 inline int gpu_warmup(const BenchOptions& o) { return o.warmup >= 0 ? o.warmup : kGpuDefaultWarmup; }
 

@@ -145,8 +145,8 @@ int cmd_bench(int argc, char** argv, int first) {
   ArgParser parser("bench",
                    "flashattn bench [--backend cpu] [--threads T] [--quick] [--repeat R] [--warmup W] [--json FILE]\n"
                    "       flashattn bench --gpu [--algo fa3,fa2,fa1,standard] [--dir fwd|bwd|both] [--quick]\n"
-                   "                       [--repeat R] [--warmup W] [--json FILE]\n"
-                   "       flashattn bench --gpu --ablation [--repeat R] [--warmup W] [--json FILE]\n"
+                   "                       [--repeat R] [--warmup W] [--warmup-ms MS] [--json FILE]\n"
+                   "       flashattn bench --gpu --ablation [--repeat R] [--warmup W] [--warmup-ms MS] [--json FILE]\n"
                    "       flashattn bench --gpu --decode [--splits S] [--repeat R] [--warmup W] [--json FILE]",
                    "CPU (default): fp32 forward GFLOP/s at seqlen 2048 and 4096, head_dim 64 and 128 (batch 1,\n"
                    "8 heads, non-causal), beside this machine's SGEMM rate measured in the same run.\n"
@@ -155,9 +155,10 @@ int cmd_bench(int argc, char** argv, int first) {
                    "forward and backward (--dir: one of them). FLOPs: forward 4*B*H*N*N*d (half for causal),\n"
                    "backward 2.5x forward.\n"
                    "CUDA events, median of the timed runs after the warm-up runs and at least 200 ms of them (sweep\n"
-                   "and ablation: the GPU at its power limit settles at a lower clock within ~0.1 s, so every row\n"
-                   "is timed at its own sustained clock; bench/peers_sdpa.py does the same). JSON rows carry the\n"
-                   "commit, machine and date.\n"
+                   "and ablation, --warmup-ms: the GPU at its power limit runs at a lower clock after ~0.1 s of\n"
+                   "load, and its clock is still falling after 200 ms; bench/peers_sdpa.py warms up the same way,\n"
+                   "bench/interleaved.py times ours and a peer in alternating rounds at one clock). JSON rows\n"
+                   "carry the commit, machine and date.\n"
                    "GPU --ablation: the FA3 paper's ablation at batch 4, seqlen 8448, 16 heads, head_dim 128, bf16,\n"
                    "non-causal: fa3 full, without warp specialization, without ping-pong, without intra-warpgroup\n"
                    "overlap, and fa2, in TFLOP/s (4*B*H*N*N*d) and as a share of full fa3. A variant the build or\n"
@@ -199,6 +200,11 @@ int cmd_bench(int argc, char** argv, int first) {
   parser.add_int("repeat", &o.repeat, "R", "timed runs per shape (0 = 3 on cpu, 10 on gpu)", 0, kMaxRepeat);
   parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu; sweep, ablation: >= 200 ms)",
                  -1, kMaxRepeat);
+  parser.add_real("warmup-ms", &o.warmup_ms, "MS",
+                  "GPU sweep and --ablation: keep warming each row up until the untimed runs have\n"
+                  "taken MS ms (the clock an H200 settles at under its power limit is still falling\n"
+                  "after 200 ms; see docs/performance.md)",
+                  0.0);
   parser.add_text("json", &o.json_path, "FILE", "also write the results as JSON to FILE ('-' = stdout)");
   switch (parser.parse(argc, argv, first)) {
     case ArgParser::Outcome::kHelpShown: return kExitOk;
@@ -225,6 +231,10 @@ int cmd_bench(int argc, char** argv, int first) {
   }
   if (parser.given("dir") && (!o.gpu || o.ablation || o.decode)) {
     parser.usage_error("--dir applies to the GPU sweep only (--gpu, without --ablation or --decode)");
+    return kExitUsage;
+  }
+  if (parser.given("warmup-ms") && (!o.gpu || o.decode)) {
+    parser.usage_error("--warmup-ms applies to the GPU sweep and --ablation only");
     return kExitUsage;
   }
   if (o.gpu && parser.given("threads")) {
