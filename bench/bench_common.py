@@ -13,6 +13,11 @@ import sys
 
 SDPA_BACKENDS = ("flash", "cudnn")
 MS_PER_S = 1e3
+# The FlashAttention papers' sweep: batch x seqlen = TOKENS, heads x head_dim = HIDDEN.
+TOKENS = 16384
+HIDDEN = 2048
+HEAD_DIMS = (64, 128, 256)
+SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 BYTES_PER_TERA = 1e12
 
 
@@ -83,6 +88,33 @@ def torch_and_flashattn(prog):
         print(f"{prog}: the flashattn package is not importable ({err}); nothing to time")
         return None, None
     return torch, flashattn
+
+
+def parse_shapes(text):
+    """A comma list of d:N:causal (causal: 1/0, yes/no, true/false) as (d, N, causal) triples."""
+    shapes = []
+    for item in text.split(","):
+        d, n, causal = item.split(":")
+        shapes.append((int(d), int(n), causal not in ("0", "no", "false")))
+    return shapes
+
+
+def uniform(torch, shape):
+    """bf16 uniform in [-1, 1] on the GPU: the distribution `flashattn bench --gpu` fills its inputs with."""
+    return (torch.rand(shape, device="cuda", dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
+
+
+def queued_event_times(torch, fn, calls):
+    """Milliseconds of `calls` calls queued back to back, each between its own pair of CUDA events, after one
+    untimed call (so that the first pair does not start on an idle GPU); one synchronization at the end."""
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+    fn()
+    for a, b in pairs:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in pairs]
 
 
 def sdpa_backend_kinds():

@@ -27,12 +27,9 @@ import statistics
 import sys
 import time
 
-from bench_common import head_commit, torch_and_flashattn, sdpa_backend_kinds, utc_date, write_json
+from bench_common import (HEAD_DIMS, HIDDEN, SEQLENS, TOKENS, head_commit, parse_shapes, queued_event_times,
+                          sdpa_backend_kinds, torch_and_flashattn, uniform, utc_date, write_json)
 
-TOKENS = 16384
-HIDDEN = 2048
-HEAD_DIMS = (64, 128, 256)
-SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SHAPES = "64:512:0,64:512:1,128:512:0,128:512:1,256:512:0,128:2048:0,128:8192:0,64:8192:1"
 BACKWARD_FLOP_FACTOR = 2.5
 
@@ -56,16 +53,8 @@ def parse_args(argv):
 def sweep(args):
     text = QUICK_SHAPES if args.quick and not args.shapes else args.shapes
     if text:
-        out = []
-        for item in text.split(","):
-            d, n, causal = item.split(":")
-            out.append((int(d), int(n), causal not in ("0", "no", "false")))
-        return out
+        return parse_shapes(text)
     return [(d, n, c) for d in HEAD_DIMS for n in SEQLENS for c in (False, True)]
-
-
-def uniform(torch, shape):
-    return (torch.rand(shape, device="cuda", dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
 
 
 def warm(torch, fns, warmup_ms):
@@ -80,17 +69,6 @@ def warm(torch, fns, warmup_ms):
                 fn()
             torch.cuda.synchronize()
             per_call[i] = max(1e-3, (time.perf_counter() - t0) * 1e3 / n)
-
-
-def timed(torch, fn, calls):
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
-    fn()  # untimed: the first pair must not start on an idle GPU
-    for a, b in pairs:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    return [a.elapsed_time(b) for a, b in pairs]
 
 
 def main(argv):
@@ -154,12 +132,12 @@ def main(argv):
             warm(torch, [ours, peer_call], args.warmup_ms)
             for r in range(args.rounds):
                 for name, fn in (sides if r % 2 == 0 else sides[::-1]):
-                    times[name] += timed(torch, fn, args.calls)
+                    times[name] += queued_event_times(torch, fn, args.calls)
         else:
             for name, fn in sides:
                 warm(torch, [fn], args.warmup_ms)
                 for _ in range(args.rounds):
-                    times[name] += timed(torch, fn, args.calls)
+                    times[name] += queued_event_times(torch, fn, args.calls)
         flops = 4.0 * b * h * n * n * d * (0.5 if causal else 1.0) * (BACKWARD_FLOP_FACTOR if backward else 1.0)
         ms = {name: statistics.median(t) for name, t in times.items()}
         row = {"d": d, "N": n, "b": b, "h": h, "causal": causal, "ours_ms": ms["ours"], "peer_ms": ms["peer"],

@@ -23,10 +23,9 @@ import sys
 import tempfile
 import time
 
-from bench_common import head_commit, torch_and_flashattn, utc_date, write_json
+from bench_common import (HIDDEN, TOKENS, head_commit, parse_shapes, queued_event_times, torch_and_flashattn, utc_date,
+                          write_json)
 
-TOKENS = 16384
-HIDDEN = 2048
 
 
 def parse_args(argv):
@@ -81,18 +80,6 @@ def sm_clock_under_load(torch, call, per_call_us):
     return {"sm_mhz": round(statistics.median(c for c, _ in busy)), "power_w": round(statistics.median(p for _, p in busy))}
 
 
-def event_median_us(torch, call, calls):
-    """Median of CUDA-event pairs around calls queued back to back (the benchmarks' method)."""
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
-    call()
-    for a, b in pairs:
-        a.record()
-        call()
-        b.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in pairs) * 1e3
-
-
 def measure(torch, call, calls, warmup_ms):
     from torch.profiler import ProfilerActivity, profile
     call()
@@ -115,7 +102,7 @@ def measure(torch, call, calls, warmup_ms):
         ks = kernel_events(tmp.name)
     if not ks:
         return None
-    events_us = event_median_us(torch, call, calls)
+    events_us = statistics.median(queued_event_times(torch, call, calls)) * 1e3
     gaps = [b[0] - (a[0] + a[1]) for a, b in zip(ks, ks[1:])]
     span = ks[-1][0] + ks[-1][1] - ks[0][0]
     names = sorted({k[2] for k in ks})
@@ -133,9 +120,7 @@ def main(argv):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     rows = []
-    for kind, item in ((kind, item) for item in args.shapes.split(",") for kind in args.data.split(",")):
-        d, n, causal = item.split(":")
-        d, n, causal = int(d), int(n), causal not in ("0", "no", "false")
+    for (d, n, causal), kind in ((shape, kind) for shape in parse_shapes(args.shapes) for kind in args.data.split(",")):
         b, h = TOKENS // n, HIDDEN // d
         gen = torch.Generator(device="cuda").manual_seed(1)
 

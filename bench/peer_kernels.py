@@ -14,10 +14,9 @@ import argparse
 import json
 import sys
 
-from bench_common import head_commit, sdpa_backend_kinds, torch_and_backends, utc_date, write_json
+from bench_common import (HIDDEN, TOKENS, head_commit, parse_shapes, sdpa_backend_kinds, torch_and_backends, utc_date,
+                          write_json)
 
-TOKENS = 16384
-HIDDEN = 2048
 DEFAULT_SHAPES = "64:512:0,128:512:0,128:512:1,256:512:0,128:8192:0"
 LAUNCH_KEYS = ("grid", "block", "registers per thread", "shared memory", "blocks per SM", "warps per SM",
                "est. achieved occupancy %")
@@ -31,14 +30,6 @@ def parse_args(argv):
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma list of d:N:causal (batch x N = 16384 tokens)")
     p.add_argument("--calls", type=int, default=5, help="profiled calls per shape, after warm-up")
     return p.parse_args(argv)
-
-
-def parse_shapes(text):
-    shapes = []
-    for item in text.split(","):
-        d, n, causal = item.split(":")
-        shapes.append((int(d), int(n), causal not in ("0", "no", "false")))
-    return shapes
 
 
 def kernel_rows(trace_path):

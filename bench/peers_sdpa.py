@@ -20,13 +20,9 @@ import statistics
 import sys
 import time
 
-from bench_common import (MS_PER_S, copy_ceiling_tbps, sdpa_backend_kinds, start_peer_result, torch_and_backends,
-                          write_json)
+from bench_common import (HEAD_DIMS, HIDDEN, MS_PER_S, SEQLENS, TOKENS, copy_ceiling_tbps, sdpa_backend_kinds,
+                          start_peer_result, torch_and_backends, uniform, write_json)
 
-TOKENS = 16384
-HIDDEN = 2048
-HEAD_DIMS = (64, 128, 256)
-SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_HEAD_DIMS = (64, 128)  # the trimmed sweep of `flashattn bench --gpu --quick`
 QUICK_SEQLENS = (1024, 4096, 16384)
 BACKWARD_FLOP_FACTOR = 2.5
@@ -110,11 +106,6 @@ def ceilings(torch, timer):
     del a, b, c
     copy = copy_ceiling_tbps(torch, COPY_BYTES, timer.median_ms)
     return {"gemm_bf16_tflops": gemm, "gemm_shape": [GEMM_SIZE] * 3, "copy_TBps": copy, "copy_bytes": COPY_BYTES}
-
-
-def uniform(torch, shape):
-    """bf16 uniform in [-1, 1] on the GPU: the distribution `flashattn bench --gpu` fills its inputs with."""
-    return (torch.rand(shape, device="cuda", dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
 
 
 def sdpa_rows(torch, timer, shapes, backends):

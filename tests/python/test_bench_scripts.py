@@ -22,6 +22,7 @@ sys.path.insert(0, BENCH)
 sys.path.insert(0, SCRIPTS)
 
 import ab_table  # noqa: E402
+import bench_common  # noqa: E402
 import compare  # noqa: E402
 import decode_lab  # noqa: E402
 import interleaved  # noqa: E402
@@ -106,7 +107,7 @@ def test_interleaved_warm_up_alternates_the_sides_until_the_time_has_passed():
     assert order[0] == "a" and "b" in order
     # Each turn is a batch of calls of one side, then the other side's batch: both get about half.
     assert 0.25 <= order.count("a") / len(order) <= 0.75
-    times = interleaved.timed(torch, side("a"), 4)
+    times = bench_common.queued_event_times(torch, side("a"), 4)
     assert len(times) == 4 and all(0.4 <= t <= 20 for t in times)
 
 
@@ -130,7 +131,7 @@ def test_peer_kernels_totals_calls_and_keeps_the_first_launch_configuration(tmp_
     rows = peer_kernels.kernel_rows(str(path))
     assert [r["kernel"] for r in rows] == ["fprop", "helper"]
     assert rows[0]["calls"] == 2 and rows[0]["mean_us"] == 12.0 and rows[0]["grid"] == [132, 1, 1]
-    assert peer_kernels.parse_shapes("128:512:0,64:8192:1") == [(128, 512, False), (64, 8192, True)]
+    assert bench_common.parse_shapes("128:512:0,64:8192:1") == [(128, 512, False), (64, 8192, True)]
 
 
 def test_merged_results_record_flashattn_commit_first(monkeypatch):
