@@ -23,6 +23,7 @@ Needs torch with CUDA and the flashattn package built with CUDA (exits 0 with a 
 """
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -93,51 +94,49 @@ def main(argv):
         lse = torch.empty(b, h, n, device="cuda", dtype=torch.float32)
         qt, kt, vt, doutt = (t.transpose(1, 2).contiguous() for t in (q, k, v, dout))
         info = {}
-        if backward:
-            flashattn.forward(q, k, v, out, lse, causal=causal, algo="auto")
-            qt.requires_grad_()
-            kt.requires_grad_()
-            vt.requires_grad_()
-            with sdpa_kernel(kind):
+        # The peer's backend (and, forward, no autograd) is chosen once per shape, not inside the timed calls;
+        # neither affects ours.
+        with sdpa_kernel(kind), (contextlib.nullcontext() if backward else torch.no_grad()):
+            if backward:
+                flashattn.forward(q, k, v, out, lse, causal=causal, algo="auto")
+                qt.requires_grad_()
+                kt.requires_grad_()
+                vt.requires_grad_()
                 peer_out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
 
-            def ours():
-                info["kernel"] = flashattn.backward(dout, q, k, v, out, lse, dq, dk, dv, causal=causal,
-                                                    algo=algo).kernel
+                def ours():
+                    info["kernel"] = flashattn.backward(dout, q, k, v, out, lse, dq, dk, dv, causal=causal,
+                                                        algo=algo).kernel
 
-            def theirs():
-                torch.autograd.grad(peer_out, (qt, kt, vt), doutt, retain_graph=True)
-        else:
-            def ours():
-                info["kernel"] = flashattn.forward(q, k, v, out, lse, causal=causal, algo=algo).kernel
+                def theirs():
+                    torch.autograd.grad(peer_out, (qt, kt, vt), doutt, retain_graph=True)
+            else:
+                def ours():
+                    info["kernel"] = flashattn.forward(q, k, v, out, lse, causal=causal, algo=algo).kernel
 
-            def theirs():
-                with torch.no_grad():
+                def theirs():
                     F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
 
-        def peer_call():
-            with sdpa_kernel(kind):
+            try:
                 theirs()
-
-        try:
-            peer_call()
-            ours()
-            torch.cuda.synchronize()
-        except (RuntimeError, ValueError) as err:
-            print(f"d {d:3d} N {n:5d} causal {int(causal)}: skipped ({str(err).splitlines()[0][:120]})", flush=True)
-            continue
-        times = {"ours": [], "peer": []}
-        sides = (("ours", ours), ("peer", peer_call))
-        if args.mode == "interleaved":
-            warm(torch, [ours, peer_call], args.warmup_ms)
-            for r in range(args.rounds):
-                for name, fn in (sides if r % 2 == 0 else sides[::-1]):
-                    times[name] += queued_event_times(torch, fn, args.calls)
-        else:
-            for name, fn in sides:
-                warm(torch, [fn], args.warmup_ms)
-                for _ in range(args.rounds):
-                    times[name] += queued_event_times(torch, fn, args.calls)
+                ours()
+                torch.cuda.synchronize()
+            except (RuntimeError, ValueError) as err:
+                print(f"d {d:3d} N {n:5d} causal {int(causal)}: skipped ({str(err).splitlines()[0][:120]})",
+                      flush=True)
+                continue
+            times = {"ours": [], "peer": []}
+            sides = (("ours", ours), ("peer", theirs))
+            if args.mode == "interleaved":
+                warm(torch, [ours, theirs], args.warmup_ms)
+                for r in range(args.rounds):
+                    for name, fn in (sides if r % 2 == 0 else sides[::-1]):
+                        times[name] += queued_event_times(torch, fn, args.calls)
+            else:
+                for name, fn in sides:
+                    warm(torch, [fn], args.warmup_ms)
+                    for _ in range(args.rounds):
+                        times[name] += queued_event_times(torch, fn, args.calls)
         flops = 4.0 * b * h * n * n * d * (0.5 if causal else 1.0) * (BACKWARD_FLOP_FACTOR if backward else 1.0)
         ms = {name: statistics.median(t) for name, t in times.items()}
         row = {"d": d, "N": n, "b": b, "h": h, "causal": causal, "ours_ms": ms["ours"], "peer_ms": ms["peer"],
