@@ -7,8 +7,9 @@
 # Usage: bash scripts/fa3_ab.sh OUT NAME=TREE [NAME=TREE ...]
 #   TREE: a source tree of flashattn (a checkout, or `git archive COMMIT | tar -x -C TREE`).
 # Writes OUT/ab.json (the table), OUT/raw.tar.gz (every bench and peer JSON), OUT/ab.log (what every step
-# printed, with each tree's ptxas report and the SASS check of its fa3 kernels: scripts/sass_overlap.awk) and, with FA3_AB_NCU="PROFILE ..." (profile names of scripts/ncu_profile.sh, e.g.
-# fa3_d128_n512), OUT/ncu-NAME.tar.gz per tree (or per tree named in FA3_AB_NCU_TREES).
+# printed, with each tree's ptxas report and the SASS check of its fa3 kernels, scripts/sass_overlap.awk)
+# and, with FA3_AB_NCU="PROFILE ..." (profile names of scripts/ncu_profile.sh, e.g. fa3_d128_n512),
+# OUT/ncu-NAME.tar.gz per tree (or per tree named in FA3_AB_NCU_TREES).
 # Environment: FA3_AB_PASSES (default 2), FA3_AB_PEERS=0 (no cuDNN run), FA3_AB_TESTS=NAME (also build
 # that tree's GPU tests and run the fa3 ones, FA3_AB_TEST_FILTER, default Fa3*:*GpuForward*fa3*, each test
 # in its own process under FA3_AB_TEST_TIMEOUT seconds, default 120, so that a hang names its test;
