@@ -7,7 +7,7 @@
 # Usage: bash scripts/fa3_ab.sh OUT NAME=TREE [NAME=TREE ...]
 #   TREE: a source tree of flashattn (a checkout, or `git archive COMMIT | tar -x -C TREE`).
 # Writes OUT/ab.json (the table), OUT/raw.tar.gz (every bench and peer JSON), OUT/ab.log (what every step
-# printed, with each tree's ptxas report and the SASS check of its fa3 kernels, scripts/sass_overlap.awk)
+# printed, with each tree's ptxas report and the SASS check of its fa3 kernels, scripts/sass_overlap.sh)
 # and, with FA3_AB_NCU="PROFILE ..." (profile names of scripts/ncu_profile.sh, e.g. fa3_d128_n512),
 # OUT/ncu-NAME.tar.gz per tree (or per tree named in FA3_AB_NCU_TREES).
 # Environment: FA3_AB_PASSES (default 2), FA3_AB_PEERS=0 (no cuDNN run), FA3_AB_TESTS=NAME (also build
@@ -101,15 +101,14 @@ done
 say "builds took $(( $(date +%s) - t0 )) s"
 [ $fail -eq 0 ] || exit 1
 
-# ---- what ptxas made of each tree's fa3 kernels (scripts/sass_overlap.awk) ----
+# ---- what ptxas made of each tree's fa3 kernels (scripts/sass_overlap.sh) ----
 # Per kernel build: main-loop blocks whose softmax starts before / after the P V wait (the second must be 0)
 # and the SASS instruction count, so that a change which moves the compiled main loop shows before the timing.
 if command -v cuobjdump >/dev/null 2>&1; then
-  demangle() { if command -v c++filt >/dev/null 2>&1; then c++filt; else cat; fi; }
   for i in "${!names[@]}"; do
     say "${names[$i]}: fa3 SASS (softmax before / after the P V wait, instructions)"
-    cuobjdump --dump-sass "${trees[$i]}/build-ab/flashattn" 2>/dev/null | awk -f "$ROOT/scripts/sass_overlap.awk" |
-      demangle | awk -F'\t' '{ printf "  %s  %s\n", $1, substr($2, 1, 140) }' | tee -a "$LOG"
+    cuobjdump --dump-sass "${trees[$i]}/build-ab/flashattn" 2>/dev/null | bash "$ROOT/scripts/sass_overlap.sh" |
+      tee -a "$LOG"
   done
 fi
 

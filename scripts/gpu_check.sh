@@ -210,13 +210,12 @@ if command -v cuobjdump >/dev/null 2>&1 && [ -x "$BIN" ]; then
   fa3_no_hgmma=$(awk '/fa3_fwd_kernel/ && $1 == "sm_90a" && $3 == 0' "$SASS" | wc -l)
   fa3_hgmma=$(awk '/fa3_fwd_kernel/ { s += $3 } END { print s + 0 }' "$SASS")
   row "sass fa3" info "$fa3_kernels kernel builds, $fa3_hgmma HGMMA; $fa3_no_hgmma sm_90a builds without HGMMA"
-  # Intra-warpgroup overlap as scheduled by ptxas (scripts/sass_overlap.awk): per fa3 kernel, main-loop waits
+  # Intra-warpgroup overlap as scheduled by ptxas (scripts/sass_overlap.sh): per fa3 kernel, main-loop waits
   # with the softmax before / after the P V wait, and the kernel's instruction count.
   {
     echo
     echo "# fa3 intra-warpgroup overlap in the SASS: main-loop blocks whose softmax starts before / after the P V wait; instructions"
-    awk -f "$ROOT/scripts/sass_overlap.awk" "$TMP/sass.txt" | demangle |
-      awk -F'\t' '{ printf "%s  %s\n", $1, substr($2, 1, 160) }'
+    bash "$ROOT/scripts/sass_overlap.sh" "$TMP/sass.txt"
   } >"$TMP/overlap.txt"
   cat "$TMP/overlap.txt" >>"$SASS"
   ov_bad=$(awk 'NR > 2 && $2 > 0' "$TMP/overlap.txt" | wc -l)

@@ -3,7 +3,7 @@
 # the wait for P V (DEPBAR gsb0, 0x0), or the softmax does not run under P V. One line per fa3 kernel build:
 # "GOOD BAD INSTRUCTIONS<tab>MANGLED-NAME": main-loop waits with the softmax before (GOOD) and after (BAD)
 # the P V wait, and the build's SASS instruction count (a change of the compiled kernel shows there even
-# where the source change is elsewhere). Used by scripts/gpu_check.sh and scripts/fa3_ab.sh.
+# where the source change is elsewhere). Run through scripts/sass_overlap.sh.
 function flush() {
   if (name ~ /fa3_fwd_kernel/) printf "%5d %5d %6d\t%s\n", good, bad, n, name
   name = ""
