@@ -76,6 +76,15 @@ struct DkdvConfig {
   // measured 5% faster at d = 64, within the noise (1-2%) at d = 128, where it spills on sm_80, and 1.5%
   // slower at d = 256.
   static constexpr bool kPrefetchFragments = kHeadDim <= 64;
+  // Each CTA starts its walk over the query tiles at its own row block (its KV tile's index, modulo the
+  // range) and wraps around, instead of every CTA of a head starting at the first. Measured on the H200
+  // (bench/results/h200-20261203-fa2-bwd-rotated-walk/, backward sweep, 2 passes, spread <= 0.7%): 64-key
+  // tiles (d = 256) 2.2% faster on all 12 shapes, causal and not; d = 128 1.1-1.4% slower, d = 64 +0.6%.
+  // The d = 256 kernel compiles almost as before (2472 against 2440 SASS instructions, the same products
+  // and loads), and the causal CTAs, which start on different rows anyway, gained as much as the others:
+  // the cause is not known.
+  // d = 192 shares the 64-key tile and takes the rotation too; it was not timed.
+  static constexpr bool kRotatedWalk = kBlockN == 64;
 
   // Warp grids of the three products. Each names how many warps split the rows; the others split the
   // columns. Square-ish warp tiles (32 x 32, 32 x 64) read the fewest operand bytes from shared memory per

@@ -57,17 +57,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
   zero(dk);
   zero(dv);
 
-  // Query tiles are visited head-major: (head kv_head * group, row blocks m_first..), then the next head
-  // of the group. The coordinates advance by increment (no division by m_count), and every address below
-  // is a per-tile base plus a per-thread 32-bit offset: with all 255 registers taken by the products, the
-  // compiler recomputes the addressing at the top of every tile, so it has to be cheap to recompute.
+  // Query tiles are visited head-major: (head kv_head * group, every row block from m_start on), then the
+  // next head of the group. The coordinates advance by increment (no division by m_count), and every
+  // address below is a per-tile base plus a per-thread 32-bit offset: with all 255 registers taken by the
+  // products, the compiler recomputes the addressing at the top of every tile, so it has to be cheap to
+  // recompute.
   const int m_begin = m_first * kM, m_end = (m_first + m_count) * kM;
   struct QueryTile {
     int h, m0;
   };
+  // With Cfg::kRotatedWalk the walk starts at row block n_block (modulo the range) and wraps around.
+  const int m_start = m_begin + (Cfg::kRotatedWalk && m_count > 0 ? n_block % m_count : 0) * kM;
   auto next_tile = [&](QueryTile t) {
     t.m0 += kM;
-    if (t.m0 >= m_end) t.m0 = m_begin, ++t.h;
+    if constexpr (Cfg::kRotatedWalk) {
+      if (t.m0 >= m_end) t.m0 = m_begin;
+      if (t.m0 == m_start) ++t.h;
+    } else {
+      if (t.m0 >= m_end) t.m0 = m_begin, ++t.h;
+    }
     return t;
   };
   const int q_off = a.q_offset(b);  // first row of this sequence in q / dout
@@ -90,7 +98,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
                            tid - kM / kFloatsPerChunk);  // the next threads copy D
   };
 
-  QueryTile cur{kv_head * group, m_begin};
+  QueryTile cur{kv_head * group, m_start};
   if (num_tiles > 0) {
     const int64_t krow0 = int64_t(a.k_offset(b)) + n0;
     const fa2::TileLoader<kN, kD, Cfg::kStrideD, Cfg::kThreads> kv_loader(tid);
