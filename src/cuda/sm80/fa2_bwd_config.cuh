@@ -79,7 +79,7 @@ struct DkdvConfig {
   // Each CTA starts its walk over the query tiles at its own row block (its KV tile's index, modulo the
   // range) and wraps around, instead of every CTA of a head starting at the first. Measured on the H200
   // (bench/results/h200-20261203-fa2-bwd-rotated-walk/, backward sweep, 2 passes, spread <= 0.7%): 64-key
-  // tiles (d = 256) 2.2% faster on all 12 shapes, causal and not; d = 128 1.1-1.4% slower, d = 64 +0.6%.
+  // tiles (d = 256) 2.2% faster on all 12 shapes, causal and not; d = 128 0.9-1.4% slower, d = 64 +0.6%.
   // The d = 256 kernel compiles almost as before (2472 against 2440 SASS instructions, the same products
   // and loads), and the causal CTAs, which start on different rows anyway, gained as much as the others:
   // the cause is not known.
