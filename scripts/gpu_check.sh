@@ -72,7 +72,7 @@ declare -a ROWS=()
 row() { ROWS+=("$(printf '%-20s %-8s %s' "$1" "$2" "$3")"); }
 section() { printf '\n===== %s =====\n' "$1"; }
 elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
-demangle() { if command -v c++filt >/dev/null 2>&1; then c++filt; elif command -v cu++filt >/dev/null 2>&1; then cu++filt; else cat; fi; }
+demangle() { bash "$ROOT/scripts/demangle.sh" "$@"; }
 
 echo "gpu_check: $GPU_NAME, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1);" \
      "archs $ARCHS; $JOBS jobs; results in $OUT"
@@ -121,7 +121,7 @@ if [ $build_rc -eq 0 ]; then row build ok "$(elapsed "$t0")"; else row build FAI
     /bytes stack frame/ && props == name { stack = $1; st = $5; sl = $9 }
     /Used [0-9]+ registers/ && name != "" { s = $0; sub(/.*Used /, "", s); split(s, r, " ");
                                  printf "%-7s %5d %6d %8d %8d\t%s\n", arch, r[1], stack, st, sl, name; name = "" }
-  ' SQ="'" "$BUILD_LOG" | sort -k4,4nr -k5,5nr -k6 | demangle | awk -F'\t' '{ printf "%s  %s\n", $1, substr($2, 1, 160) }'
+  ' SQ="'" "$BUILD_LOG" | sort -k4,4nr -k5,5nr -k6 | demangle --rows
 } >"$TMP/spills.txt"
 kernels=$(($(wc -l <"$TMP/spills.txt") - 2))
 spilling=$(awk 'NR > 2 && ($4 > 0 || $5 > 0)' "$TMP/spills.txt" | wc -l)

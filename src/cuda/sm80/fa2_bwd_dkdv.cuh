@@ -67,6 +67,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
     int h, m0;
   };
   // With Cfg::kRotatedWalk the walk starts at row block n_block (modulo the range) and wraps around.
+  // Without it the head advances at the wrap itself: one compare fewer per tile, and the 128-key kernels
+  // compile as they were measured.
   const int m_start = m_begin + (Cfg::kRotatedWalk && m_count > 0 ? n_block % m_count : 0) * kM;
   auto next_tile = [&](QueryTile t) {
     t.m0 += kM;
