@@ -88,7 +88,7 @@ Status check_alignment(const char* name, const detail::Strided& s, int64_t rows,
 template <typename Cfg, typename T>
 Status launch(const detail::Problem& prob, const Context& ctx) {
   const AttnParams params = make_params(prob);
-  auto* kernel = fa2::fa2_fwd_kernel<Cfg, T>;
+  auto* kernel = params.softcap > 0.0f ? fa2::fa2_fwd_kernel<Cfg, T, true> : fa2::fa2_fwd_kernel<Cfg, T, false>;
   if (Cfg::kSmemBytes > kDefaultSmemBytes)
     FA_CUDA_RETURN_IF_ERROR(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));

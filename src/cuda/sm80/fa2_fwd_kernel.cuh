@@ -19,14 +19,14 @@ namespace flashattn::cuda::fa2 {
 
 // Turns raw dot products into scores: kept as they are with a positive scale and no softcap (the row max
 // is taken on them and the scale folds into the exponent: one FFMA and one exp2 per score, as in FA2), or
-// c * tanh(s * scale / c) with a softcap c, or s * scale * log2(e) with a negative scale (the max after
+// c * tanh(s * scale / c) with a softcap c (kSoftcap: the kernel's template parameter), or s * scale * log2(e) with a negative scale (the max after
 // scaling keeps it correct).
 // p.score_mult takes each to log2 units. The factors are read from the kernel parameters (constant
 // memory) rather than kept in registers, and the branches sit outside the element loops: inside them the
 // compiler would evaluate both sides (tanhf for every score) and keep both sets of temporaries live.
-template <int kMTiles, int kNTiles>
+template <bool kSoftcap, int kMTiles, int kNTiles>
 __device__ __forceinline__ void scale_scores(float (&s)[kMTiles][kNTiles][4], const AttnParams& p) {
-  if (p.softcap > 0.0f) {
+  if constexpr (kSoftcap) {
     const float inner = p.scale / p.softcap;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -68,24 +68,22 @@ struct WarpState {
 // (blocks that cross a mask boundary or the end of the keys); fully visible blocks skip it. after_qk is
 // where the single-buffered pipeline waits for V and starts the next K, which then loads under the softmax
 // and P V (CTA-wide: every thread calls it).
-template <bool kMasked, typename Cfg, typename T, typename AfterQk>
+template <bool kMasked, bool kSoftcap, typename Cfg, typename T, typename AfterQk>
 __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParams& p, const T* sQ_warp,
                                              const T* sK, const T* sV, int lane, int len_q, int len_k,
                                              int first_row, int first_key, AfterQk&& after_qk) {
   const int g = lane / 4, t = lane % 4;
   // ldmatrix row addresses (see ptx_sm80.cuh for the fragment layouts), as (lane's row, lane's chunk):
   //   Q (A operand): matrices {rows 0-7, 8-15} x {cols 0-7, 8-15}, in a0..a3 order.
-  //   K (B operand, keys are the n dim): padded rows {keys 0-7: d 0-7, d 8-15}, {keys 8-15: d 0-7, d 8-15};
-  //     swizzled rows {keys 0-7, 8-15: d 0-7}, {keys 0-7, 8-15: d 8-15}, so that K reads row lane % 16 at
-  //     chunk lane / 16 like V and the two share one lane offset (one register and its XORs with the
-  //     k-step's chunk); the keys 0-7 fragment is then {kb0, kb2}, the keys 8-15 one {kb1, kb3}. Padded rows
-  //     keep the first mapping, so their kernels stay as they were measured.
+  //   K (B operand, keys are the n dim): {keys 0-7: d 0-7, d 8-15}, {keys 8-15: d 0-7, d 8-15}, so that
+  //     each n8 fragment is a register pair of the load ({kb0, kb1}, {kb2, kb3}), as mma wants it.
   //   V (B operand through .trans, keys are the k dim): {d 0-7: keys 0-7, 8-15}, {d 8-15: keys 0-7, 8-15}.
-  constexpr bool kKvSwizzled = Cfg::KvRows::kSwizzled;
+  // (With swizzled rows K once read V's lane mapping to share its lane offset; its fragments were then
+  // {kb0, kb2} and {kb1, kb3}, and the compiler paired them with two moves per fragment, about 200 per
+  // block at head dim 256.)
   const int q_row = lane % 16, q_col = (lane / 16) * 8;  // Q's rows are always padded
   const LaneRows<typename Cfg::KvRows> v_lane(lane % 16, lane / 16);
-  const LaneRows<typename Cfg::KvRows> k_lane(kKvSwizzled ? lane % 16 : (lane / 16) * 8 + lane % 8,
-                                              kKvSwizzled ? lane / 16 : (lane / 8) % 2);
+  const LaneRows<typename Cfg::KvRows> k_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
 
   float s[Cfg::kMTiles][Cfg::kNTiles][4];
 #pragma unroll
@@ -105,8 +103,8 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
     for (int np = 0; np < Cfg::kNTiles / 2; ++np) {
       uint32_t kb[4];
       ldmatrix_x4(kb, sK + k_lane.at(np * 16, ks * 2));
-      const uint32_t b_lo[2] = {kb[0], kKvSwizzled ? kb[2] : kb[1]};
-      const uint32_t b_hi[2] = {kKvSwizzled ? kb[1] : kb[2], kb[3]};
+      const uint32_t b_lo[2] = {kb[0], kb[1]};
+      const uint32_t b_hi[2] = {kb[2], kb[3]};
 #pragma unroll
       for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
         mma_16816<T>(s[mt][2 * np], a[mt], b_lo);
@@ -116,7 +114,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
   }
 
   after_qk();
-  scale_scores(s, p);
+  scale_scores<kSoftcap>(s, p);
   uint32_t p16[Cfg::kMTiles][Cfg::kNTiles][2];  // P as packed 16-bit pairs: [slice][n8 tile][row half]
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
@@ -220,7 +218,10 @@ struct LoopUniforms {
   int vis_lo, vis_hi;  // KV blocks [vis_lo, vis_hi) need no per-element mask
 };
 
-template <typename Cfg, typename T>
+// kSoftcap: the call has a softcap (p.softcap > 0); two instantiations, picked at launch, so that the
+// kernels without one carry no tanh code (it cost the head-dim-128 kernel a 16-byte spill on sm_80 and
+// the head-dim-64 one 30 registers).
+template <typename Cfg, typename T, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_kernel(const AttnParams p) {
   constexpr int kQStride = Cfg::kQStride;
   // 128-byte aligned: the static `uni` below comes first, and swizzled rows need a 32-byte aligned base
@@ -290,10 +291,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
     const T* sV_stage = sV + stage * Cfg::kKvElems;
     const int key0 = n_block * Cfg::kBlockN;
     if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
-      attend_block</*kMasked=*/false>(st, p, sQ + warp_row * kQStride, sK_stage, sV_stage, lane, len_q, len_k,
+      attend_block</*kMasked=*/false, kSoftcap>(st, p, sQ + warp_row * kQStride, sK_stage, sV_stage, lane, len_q, len_k,
                                       row_begin + warp_row, key0, after_qk);
     else
-      attend_block</*kMasked=*/true>(st, p, sQ + warp_row * kQStride, sK_stage, sV_stage, lane, len_q, len_k,
+      attend_block</*kMasked=*/true, kSoftcap>(st, p, sQ + warp_row * kQStride, sK_stage, sV_stage, lane, len_q, len_k,
                                      row_begin + warp_row, key0, after_qk);
   };
 
