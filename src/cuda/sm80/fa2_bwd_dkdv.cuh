@@ -113,14 +113,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
   for (int it = 0; it < num_tiles; ++it, cur = next_tile(cur)) {
     const int st = it % Cfg::kStages;
     // One barrier both publishes this tile's copies and ends iteration it - 1 for every warp: after it,
-    // the other stage (read in it - 1) and the P/dS tiles are free, so the next tile's loads go out here
-    // and the iteration needs no barrier at its end.
+    // the other stage (read in it - 1) and the P/dS tiles are free, so the next tile's loads can go out
+    // from here on (behind the S product, or here with Cfg::kLoadsAfterS false) and the iteration needs no
+    // barrier at its end.
     cp_async_wait<0>();
     __syncthreads();
-    if (it + 1 < num_tiles) {
-      load_query_tile(next_tile(cur), (it + 1) % Cfg::kStages);
-      cp_async_commit();
-    }
+    const auto issue_next_loads = [&] {
+      if (it + 1 < num_tiles) {
+        load_query_tile(next_tile(cur), (it + 1) % Cfg::kStages);
+        cp_async_commit();
+      }
+    };
+    if constexpr (!Cfg::kLoadsAfterS) issue_next_loads();
 
     const int h = cur.h, m0 = cur.m0;
     const T* sQ = reinterpret_cast<const T*>(smem + Cfg::kOffQ + st * Cfg::kQTileBytes);
@@ -137,6 +141,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
           [&](uint32_t(&f)[2][2], int np, int kk) {
             load_b_nk(f, sK, Cfg::kStrideD, s_col + np * 2 * kMmaN, kk * kMmaK, lane);
           });
+      if constexpr (Cfg::kLoadsAfterS) issue_next_loads();
       // Fragment element e of tile (mt, nt) sits at row s_row + 16 mt + g + 8 (e / 2), column
       // s_col + 8 nt + 2 t4 + e % 2. S is overwritten with P * softcap' to keep the register budget.
       // The mask and the score constants are rebuilt here from the kernel parameters (constant bank)

@@ -19,8 +19,8 @@ namespace flashattn::cuda::fa2 {
 
 // Turns raw dot products into scores: kept as they are with a positive scale and no softcap (the row max
 // is taken on them and the scale folds into the exponent: one FFMA and one exp2 per score, as in FA2), or
-// c * tanh(s * scale / c) with a softcap c (kSoftcap: the kernel's template parameter), or s * scale * log2(e) with a negative scale (the max after
-// scaling keeps it correct).
+// c * tanh(s * scale / c) with a softcap c (kSoftcap, the kernel's template parameter), or
+// s * scale * log2(e) with a negative scale (the max after scaling keeps it correct).
 // p.score_mult takes each to log2 units. The factors are read from the kernel parameters (constant
 // memory) rather than kept in registers, and the branches sit outside the element loops: inside them the
 // compiler would evaluate both sides (tanhf for every score) and keep both sets of temporaries live.
