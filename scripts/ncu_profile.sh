@@ -3,7 +3,8 @@
 #
 # Usage: bash scripts/ncu_profile.sh [results-dir] [profile ...]
 #   profiles: fa3_d128_n8192 fa3_d128_n512 fa3_d64_n8192 fa3_d256_n8192 fa3_d128_n8192_causal
-#             decode_b1_32k decode_b64_4k fa2_bwd_d128_n8192 fa2_bwd_d256_n8192 sdpa_flash_bwd_d128_n8192
+#             decode_b1_32k decode_b64_4k fa2_bwd_d64_n8192 fa2_bwd_d128_n8192 fa2_bwd_d256_n8192
+#             sdpa_flash_bwd_d64_n8192 sdpa_flash_bwd_d128_n8192 sdpa_flash_bwd_d256_n8192
 #             fa2_fwd_d256_n8192 sdpa_flash_fwd_d256_n8192 sdpa_cudnn_fwd_d128_n512
 #             sdpa_cudnn_fwd_d128_n8192   (default: all)
 # For each profile it writes <profile>.txt (the sections below, one launch after warm-up) and
@@ -47,9 +48,12 @@ PROFILES=(
   "fa3_d128_n8192_causal;fa3_fwd_kernel;--algo fa3 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --causal"
   "decode_b1_32k;decode_splitkv_kernel;--kv-cache --batch 1 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 32768"
   "decode_b64_4k;decode_splitkv_kernel;--kv-cache --batch 64 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 4096"
+  "fa2_bwd_d64_n8192;dkdv_kernel;--algo fa2 --batch 2 --heads 32 --head-dim 64 --seqlen-q 8192 --backward"
   "fa2_bwd_d128_n8192;dkdv_kernel;--algo fa2 --batch 2 --heads 16 --head-dim 128 --seqlen-q 8192 --backward"
   "fa2_bwd_d256_n8192;dkdv_kernel;--algo fa2 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192 --backward"
+  "sdpa_flash_bwd_d64_n8192;flash_bwd_dq_dk_dv;sdpa flash both 2 32 8192 64"
   "sdpa_flash_bwd_d128_n8192;flash_bwd_dq_dk_dv;sdpa flash both 2 16 8192 128"
+  "sdpa_flash_bwd_d256_n8192;flash_bwd_dq_dk_dv;sdpa flash both 2 8 8192 256"
   "fa2_fwd_d256_n8192;fa2_fwd_kernel;--algo fa2 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192"
   "sdpa_flash_fwd_d256_n8192;flash_fwd_kernel;sdpa flash both 2 8 8192 256"
   "sdpa_cudnn_fwd_d128_n512;cudnn|sdpa|fprop;sdpa cudnn fwd 32 16 512 128"
