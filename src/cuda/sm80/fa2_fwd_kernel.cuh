@@ -289,13 +289,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
   auto attend = [&](int n_block, int stage, auto&& after_qk) {
     const T* sK_stage = sK + stage * Cfg::kKvElems;
     const T* sV_stage = sV + stage * Cfg::kKvElems;
-    const int key0 = n_block * Cfg::kBlockN;
+    const T* sQ_warp = sQ + warp_row * kQStride;
+    const int row0 = row_begin + warp_row, key0 = n_block * Cfg::kBlockN;
     if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
-      attend_block</*kMasked=*/false, kSoftcap>(st, p, sQ + warp_row * kQStride, sK_stage, sV_stage, lane, len_q, len_k,
-                                      row_begin + warp_row, key0, after_qk);
+      attend_block</*kMasked=*/false, kSoftcap>(st, p, sQ_warp, sK_stage, sV_stage, lane, len_q, len_k, row0, key0,
+                                                after_qk);
     else
-      attend_block</*kMasked=*/true, kSoftcap>(st, p, sQ + warp_row * kQStride, sK_stage, sV_stage, lane, len_q, len_k,
-                                     row_begin + warp_row, key0, after_qk);
+      attend_block</*kMasked=*/true, kSoftcap>(st, p, sQ_warp, sK_stage, sV_stage, lane, len_q, len_k, row0, key0,
+                                               after_qk);
   };
 
   // A tile whose rows see no key at all skips the loop: O = 0 and LSE = -inf from the zero state.
