@@ -97,7 +97,10 @@ struct DkdvConfig {
 
   // Warp grids of the three products. Each names how many warps split the rows; the others split the
   // columns. Square-ish warp tiles (32 x 32, 32 x 64) read the fewest operand bytes from shared memory per
-  // mma, which is what bounds this kernel; 96 columns cannot split in four 16-column pairs, hence its dQ grid.
+  // mma, which is what bounds this kernel. dQ at d <= 96 takes four warps along the rows: 96 columns cannot
+  // split in four 16-column pairs, and at d = 64 the 32 x 32 warp tile reads 32 fragments per warp and tile
+  // where 64 x 16 read 40 (with the one-pass dP below, d 64 measured 2.4-5.5% faster on the H200:
+  // bench/results/h200-20261203-fa2-bwd-d64-unroll/).
   // S = Q K^T and dP = dO V^T (kBlockM x kBlockN).
   static constexpr int kSWarpsM = 2;
   static constexpr int kSWarpsN = kWarps / kSWarpsM;
@@ -109,7 +112,7 @@ struct DkdvConfig {
   static constexpr int kKvRowTiles = kBlockN / kKvWarpsN / kMmaM;
   static constexpr int kKvColTiles = kHeadDim / kKvWarpsD / kMmaN;
   // dQ = dS K (kBlockM x kHeadDim).
-  static constexpr int kQWarpsM = kHeadDim == 96 ? 4 : 2;
+  static constexpr int kQWarpsM = kHeadDim <= 96 ? 4 : 2;
   static constexpr int kQWarpsD = kWarps / kQWarpsM;
   static constexpr int kQRowTiles = kBlockM / kQWarpsM / kMmaM;
   static constexpr int kQColTiles = kHeadDim / kQWarpsD / kMmaN;
@@ -118,8 +121,10 @@ struct DkdvConfig {
   // dQ in the last. Above kTileRegBudget next to dK/dV, dP or dQ is formed in two column passes (each
   // pass reloads its A fragments) so the kernel stays spill-free.
   // 192 at d = 128: dP in one pass (254 registers, no spills) measured 5% faster on the H200 than two
-  // passes; d = 64, with its 128-row tile, spills at 192.
-  static constexpr int kTileRegBudget = kHeadDim == 128 ? 192 : 160;
+  // passes. d = 64 (128-row tile) spilled at 192 in an earlier form of this kernel; the current one fits
+  // (244-247 registers, no spills on sm_80 and sm_90a) and forms dP in one pass as well. d 256 with dQ in
+  // one pass (192 there) measured 2.6-3.8% slower, so it keeps 160.
+  static constexpr int kTileRegBudget = kHeadDim <= 128 ? 192 : 160;
   static constexpr int kDkdvRegs = 2 * kKvRowTiles * kKvColTiles * 4;
   static constexpr int kSRegs = kSRowTiles * kSColTiles * 4;
   static constexpr int kQRegs = kQRowTiles * kQColTiles * 4;

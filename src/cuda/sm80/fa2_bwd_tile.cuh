@@ -121,7 +121,8 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA&& load_a
         }
     };
     fetch(a0, b0, 0);
-#pragma unroll 1
+    constexpr int kPipeUnroll = kUnrollK >= kSteps ? kSteps / 2 : 1;  // iterations of two k-steps
+#pragma unroll kPipeUnroll
     for (int kk = 0; kk < kSteps; kk += 2) {
       fetch(a1, b1, kk + 1);
       issue(a0, b0);
