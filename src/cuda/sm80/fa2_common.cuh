@@ -90,9 +90,11 @@ struct FwdConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ occupancy target
   static constexpr int kStages = kStages_;                   // K/V buffers (see above)
   // The softmax scale folded into the exponent's FFMA (fa2_fwd_kernel.cuh, to_log2_minus). Measured on the
-  // H200 (bench/results/h200-20261202-shortn-ab/): head dim 64 1-4.5% faster, 256 1% slower; at 128 that
-  // form spills. Head dims below 128 only.
-  static constexpr bool kFoldScale = kHeadDim_ < 128;
+  // H200 (bench/results/h200-20261202-shortn-ab/): head dim 64 1-4.5% faster, 256 1% slower. At 128 that
+  // form spilled while the kernel carried the softcap code; without it (the kSoftcap template) it fits in
+  // 255 registers and measured 0-3.7% faster (bench/results/h200-20261203-fa2-fwd-fold128/). Head dims up
+  // to 128.
+  static constexpr bool kFoldScale = kHeadDim_ <= 128;
 
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
