@@ -18,7 +18,11 @@
 # FLASHATTN_SANITIZER_FILTER, FLASHATTN_RACECHECK_FILTER, FLASHATTN_FA3_SANITIZER_FILTER (fa3 tests run
 # under both tools),
 # FLASHATTN_COMMIT (recorded in the results; taken from git when unset, with "+dirty" appended when the
-# tracked files differ from that commit: set it where the checkout's git metadata may not match the tree).
+# tracked files differ from that commit: set it where the checkout's git metadata may not match the tree),
+# FLASHATTN_CHECK_BUDGET_S (seconds the whole check may take, 0 = no limit: the steps after the tests, i.e.
+# sanitizers, benchmark, interleaved and decode, are skipped with a "skipped" row when the time left is
+# below what they usually take on an H200; use it where the call is killed at a fixed limit).
+# summary.txt is rewritten after every step, so a check killed part way still leaves the steps it finished.
 # The summary ends with the fa3/fa2 table and the decode table, each beside the peers and ceilings, and the
 # interleaved tables.
 set -uo pipefail
@@ -68,8 +72,31 @@ export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-unknown}
 BUILD_LOG=$OUT/build.log TESTS_LOG=$OUT/tests.log SAN_LOG=$OUT/sanitizer.log
 SASS=$OUT/sass_summary.txt BENCH_JSON=$OUT/bench.json SUMMARY=$OUT/summary.txt
 : >"$BUILD_LOG"; : >"$TESTS_LOG"; : >"$SAN_LOG"; : >"$SASS"; : >"$SUMMARY"
+BUDGET=${FLASHATTN_CHECK_BUDGET_S:-0}
+case $BUDGET in ''|*[!0-9]*) echo "gpu_check: FLASHATTN_CHECK_BUDGET_S must be a whole number of seconds" >&2; exit 2 ;; esac
 declare -a ROWS=()
-row() { ROWS+=("$(printf '%-20s %-8s %s' "$1" "$2" "$3")"); }
+write_summary() {
+  {
+    echo "gpu_check: $GPU_NAME; commit $FLASHATTN_COMMIT; archs $ARCHS; $(date -u +%Y-%m-%dT%H:%M:%SZ);" \
+         "total $(elapsed "$START")${1:+; $1}"
+    printf '%-20s %-8s %s\n' step status detail
+    printf '%s\n' "${ROWS[@]}"
+    if [ -f "$TMP/compare.txt" ]; then echo; cat "$TMP/compare.txt"; fi
+    if [ -f "$TMP/decode_compare.txt" ]; then echo; cat "$TMP/decode_compare.txt"; fi
+    for f in "$TMP"/interleaved_fwd.txt "$TMP"/interleaved_bwd.txt; do [ -f "$f" ] && { echo; cat "$f"; }; done
+  } >"$SUMMARY"
+}
+row() { ROWS+=("$(printf '%-20s %-8s %s' "$1" "$2" "$3")"); write_summary "running"; }
+# time_for LABEL SECONDS: whether a step that usually takes SECONDS still fits the budget; if not, a
+# "skipped" row says so.
+time_for() {
+  local left
+  [ "$BUDGET" -eq 0 ] && return 0
+  left=$(( BUDGET - ($(date +%s) - START) ))
+  [ "$left" -ge "$2" ] && return 0
+  row "$1" skipped "time budget: $left s left of $BUDGET, the step takes about $2 s"
+  return 1
+}
 section() { printf '\n===== %s =====\n' "$1"; }
 elapsed() { echo "$(( $(date +%s) - $1 )) s"; }
 demangle() { bash "$ROOT/scripts/demangle.sh" "$@"; }
@@ -184,7 +211,7 @@ if ! command -v compute-sanitizer >/dev/null 2>&1; then
   row sanitizer skipped "compute-sanitizer not installed"
 elif [ ! -x "$GPU_TESTS" ]; then
   row sanitizer skipped "no GPU test binary"
-else
+elif time_for sanitizer 60; then
   sanitize memcheck "$SAN_FILTER"
   sanitize racecheck "$RACE_FILTER"
   sanitize memcheck "$FA3_SAN_FILTER" "memcheck fa3"
@@ -233,7 +260,7 @@ if [ "$BENCH_MODE" = off ]; then
   row bench skipped "FLASHATTN_BENCH=off"
 elif [ ! -x "$CLI" ]; then
   row bench skipped "no flashattn CLI"
-else
+elif time_for bench 220; then
   t0=$(date +%s)
   # fa3 (forward; its backward rows skip) and fa2 over the whole sweep of the FlashAttention papers (quick
   # mode: a subset); the baselines (fa1, standard) on the quick subset only, since at long sequences they
@@ -283,7 +310,7 @@ if [ "$BENCH_MODE" = off ] || [ ! -f "$BENCH_JSON" ]; then
   row interleaved skipped "no benchmark run"
 elif [ ! -d "$TMP/py/flashattn" ]; then
   row interleaved skipped "Python extension not built"
-else
+elif time_for interleaved 35; then
   t0=$(date +%s)
   section "bench/interleaved.py --quick" >>"$TESTS_LOG"
   il_rc=0
@@ -309,7 +336,7 @@ if [ "$BENCH_MODE" = off ]; then
   row decode skipped "FLASHATTN_BENCH=off"
 elif [ ! -x "$CLI" ] || [ ! -x "$GPU_TESTS" ]; then
   row decode skipped "no flashattn CLI or GPU test binary"
-else
+elif time_for decode 50; then
   t0=$(date +%s)
   section "decode tests (--gtest_filter=*DecodeGpu*)" >>"$TESTS_LOG"
   "$GPU_TESTS" --gtest_filter='*DecodeGpu*' >>"$TESTS_LOG" 2>&1
@@ -329,15 +356,7 @@ else
 fi
 
 # ---- summary ---------------------------------------------------------------------------------------------
-{
-  echo "gpu_check: $GPU_NAME; commit $FLASHATTN_COMMIT; archs $ARCHS; $(date -u +%Y-%m-%dT%H:%M:%SZ);" \
-       "total $(elapsed "$START")"
-  printf '%-20s %-8s %s\n' step status detail
-  printf '%s\n' "${ROWS[@]}"
-  if [ -f "$TMP/compare.txt" ]; then echo; cat "$TMP/compare.txt"; fi
-  if [ -f "$TMP/decode_compare.txt" ]; then echo; cat "$TMP/decode_compare.txt"; fi
-  for f in "$TMP"/interleaved_fwd.txt "$TMP"/interleaved_bwd.txt; do [ -f "$f" ] && { echo; cat "$f"; }; done
-} >"$SUMMARY"
+write_summary
 cat "$SUMMARY"
 grep -q ' FAILED ' "$SUMMARY" && exit 1
 exit 0
