@@ -210,7 +210,8 @@ struct DqConfig {
 
 // Device buffers shared by the passes of one backward call (allocated stream-ordered per call).
 struct Workspace {
-  float* dq_accum = nullptr;  // [total_q, heads_q, head_dim] fp32; nullptr in deterministic mode
+  float* dq_accum = nullptr;  // [total_q, heads_q, head_dim] fp32, columns in dq_accum_col order; nullptr
+                              // in deterministic mode
   float* lse_log2 = nullptr;  // [batch, heads_q, rows_pad]: LSE * log2(e); +inf where P must be 0
   float* delta = nullptr;     // [batch, heads_q, rows_pad]: D = rowsum(dO * O); 0 on padding rows
   int rows_pad = 0;           // seqlen_q rounded up to kRowAlign

@@ -233,6 +233,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
 #pragma unroll
       for (int pass = 0; pass < Cfg::kQPasses; ++pass) {
         constexpr int kTiles = Cfg::kQColTiles / Cfg::kQPasses;
+        static_assert(kTiles % 2 == 0 && Cfg::kQColTiles % 2 == 0, "dQ passes cover whole 16-column groups");
         const int col0 = q_col + pass * kTiles * kMmaN;
         float dq[Cfg::kQRowTiles][kTiles][4];
         zero(dq);
@@ -254,14 +255,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
 #pragma unroll
           for (int mt = 0; mt < Cfg::kQRowTiles; ++mt) {
             const int r_lo = q_row + mt * kMmaM + g;  // tile row
-            float* const acc_lo = acc_tile + (r_lo * row_floats + col0 + 2 * t4);
+            // Columns 2 t4, 2 t4 + 1 of tiles 2 np and 2 np + 1: four floats side by side (dq_accum_col).
+            float* const acc_lo = acc_tile + (r_lo * row_floats + col0 + dq_accum_col(2 * t4));
             float* const acc_hi = acc_lo + 8 * row_floats;
             const bool lo_ok = !decltype(checked)::value || m0 + r_lo < len_q;
             const bool hi_ok = !decltype(checked)::value || m0 + r_lo + 8 < len_q;
 #pragma unroll
-            for (int nt = 0; nt < kTiles; ++nt) {
-              if (lo_ok) atomic_add2(acc_lo + nt * kMmaN, dq[mt][nt][0], dq[mt][nt][1]);
-              if (hi_ok) atomic_add2(acc_hi + nt * kMmaN, dq[mt][nt][2], dq[mt][nt][3]);
+            for (int np = 0; np < kTiles / 2; ++np) {
+              const float* x = dq[mt][2 * np];
+              const float* y = dq[mt][2 * np + 1];
+              if (lo_ok) atomic_add4(acc_lo + np * 2 * kMmaN, x[0], x[1], y[0], y[1]);
+              if (hi_ok) atomic_add4(acc_hi + np * 2 * kMmaN, x[2], x[3], y[2], y[3]);
             }
           }
         });

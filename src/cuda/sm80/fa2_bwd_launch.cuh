@@ -90,7 +90,7 @@ Status run(const detail::Problem& p, const Context& ctx) {
       FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd dq_kernel");
     }
   } else if (p.total_q > 0) {
-    const int64_t items = p.total_q * p.heads_q * (D / kChunkElems);
+    const int64_t items = p.total_q * p.heads_q * (D / 16);  // one 16-column group per thread
     postpass_kernel<T, D>
         <<<elementwise_blocks(items, ctx), kElementwiseThreads, 0, stream>>>(a, ws, p.total_q);
     FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd postpass_kernel");

@@ -75,28 +75,32 @@ __global__ void __launch_bounds__(kPrepassThreads) prepass_kernel(const AttnPara
   }
 }
 
-// One thread per 8 elements of dq (two float4 reads, one 16-byte store), grid-stride.
+// One thread per 16 elements of dq (one column group of dq_accum_col: four float4 reads, two 16-byte
+// stores), grid-stride. Float4 t of a group holds columns 2 t, 2 t + 1, 8 + 2 t, 9 + 2 t.
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kElementwiseThreads) postpass_kernel(const AttnParams a, const Workspace ws,
                                                                        const int64_t total_q) {
-  constexpr int kChunks = kHeadDim / kChunkElems;
-  const int64_t n = total_q * a.heads_q * kChunks;
+  constexpr int kGroups = kHeadDim / 16;
+  static_assert(kHeadDim % 16 == 0, "dq_accum_col works on 16-column groups");
+  const int64_t n = total_q * a.heads_q * kGroups;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int c = int(i % kChunks);
-    const int64_t row_head = i / kChunks;  // packed row * heads_q + head
+    const int c = int(i % kGroups);
+    const int64_t row_head = i / kGroups;  // packed row * heads_q + head
     const int h = int(row_head % a.heads_q);
     const int64_t row = row_head / a.heads_q;
-    const float4* src = reinterpret_cast<const float4*>(ws.dq_accum + row_head * kHeadDim + c * kChunkElems);
-    const float4 x = src[0], y = src[1];
-    uint4 packed;
-    packed.x = pack2<T>(x.x * a.scale, x.y * a.scale);
-    packed.y = pack2<T>(x.z * a.scale, x.w * a.scale);
-    packed.z = pack2<T>(y.x * a.scale, y.y * a.scale);
-    packed.w = pack2<T>(y.z * a.scale, y.w * a.scale);
+    const float4* src = reinterpret_cast<const float4*>(ws.dq_accum + row_head * kHeadDim + c * 16);
+    const float4 q0 = src[0], q1 = src[1], q2 = src[2], q3 = src[3];
+    const float s = a.scale;
+    const uint4 first = make_uint4(pack2<T>(q0.x * s, q0.y * s), pack2<T>(q1.x * s, q1.y * s),
+                                   pack2<T>(q2.x * s, q2.y * s), pack2<T>(q3.x * s, q3.y * s));
+    const uint4 second = make_uint4(pack2<T>(q0.z * s, q0.w * s), pack2<T>(q1.z * s, q1.w * s),
+                                    pack2<T>(q2.z * s, q2.w * s), pack2<T>(q3.z * s, q3.w * s));
     // Packed order is [total_q] for varlen and [batch * seqlen_q] otherwise (see packed_q_row).
     const int64_t off = a.cu_q ? row * a.dq.row_stride
                                : (row / a.seqlen_q) * a.dq.batch_stride + (row % a.seqlen_q) * a.dq.row_stride;
-    *reinterpret_cast<uint4*>(static_cast<T*>(a.dq.ptr) + off + h * a.dq.head_stride + c * kChunkElems) = packed;
+    T* const dst = static_cast<T*>(a.dq.ptr) + off + h * a.dq.head_stride + c * 16;
+    *reinterpret_cast<uint4*>(dst) = first;
+    *reinterpret_cast<uint4*>(dst + kChunkElems) = second;
   }
 }
 

@@ -246,14 +246,30 @@ struct RowKeys {
 
 // ---- Global fp32 accumulation --------------------------------------------------------------------------
 
-// dst[0] += x, dst[1] += y (8-byte aligned), fire-and-forget. sm90 has a vector reduction that halves
-// the instruction count; atomicAdd(float2*) would compile to an atom that returns the old values.
-__device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
+// Column order of the dQ accumulator (Workspace::dq_accum). Within each group of 16 columns, column
+// 8 h + 2 t + e (h: which 8-column half, t = 0..3, e = 0..1) is stored at 4 t + 2 h + e, so that the four
+// values one thread holds of a row in two neighbouring 8-column mma tiles (columns 2 t, 2 t + 1 of each)
+// are contiguous: one 16-byte reduction where the natural order needs two 8-byte ones. postpass_kernel
+// reads the order back.
+__host__ __device__ constexpr int dq_accum_col(int col) {
+  return (col & ~15) | ((col & 6) << 1) | ((col & 8) >> 2) | (col & 1);
+}
+static_assert(dq_accum_col(0) == 0 && dq_accum_col(1) == 1 && dq_accum_col(8) == 2 && dq_accum_col(2) == 4 &&
+                  dq_accum_col(15) == 15 && dq_accum_col(22) == 28,
+              "dq_accum_col: 16-column groups, pairs of the two 8-column halves interleaved");
+
+// dst[0..3] += v (16-byte aligned), fire-and-forget. sm90 has a vector reduction, one instruction for
+// the four (the count of reduction instructions, not their bytes, is what the dQ accumulation pays for);
+// atomicAdd(float4*) would compile to an atom that returns the old values.
+__device__ __forceinline__ void atomic_add4(float* dst, float x, float y, float z, float w) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(x), "f"(y), "f"(z), "f"(w)
+               : "memory");
 #else
   atomicAdd(dst, x);
   atomicAdd(dst + 1, y);
+  atomicAdd(dst + 2, z);
+  atomicAdd(dst + 3, w);
 #endif
 }
 
