@@ -2,7 +2,7 @@
 # Build and check flashattn on a machine with an NVIDIA GPU, in one call:
 #   configure (FLASHATTN_CUDA_ARCHITECTURES, default "80;90a") and build with every core, keeping the full
 #   build log (it holds the -Xptxas -v register and spill report) and a per-kernel spill table;
-#   ctest -L gpu and -L cli; pytest of tests/python when the Python extension can be built;
+#   ctest -L gpu and -L cli, with pytest of tests/python beside them when the Python extension can be built;
 #   compute-sanitizer memcheck and racecheck on a few small GPU tests; SASS of the attention kernels with
 #   their HMMA/HGMMA counts; the benchmark (`flashattn bench --gpu`, PyTorch SDPA peers, merged); fa3 and
 #   fa2 against cuDNN and flash in one process with alternating rounds (bench/interleaved.py --quick).
@@ -168,27 +168,35 @@ ctest_row() {  # label name
   if [ $rc -eq 0 ]; then row "$2" ok "${line:-no summary} ($(elapsed "$t0"))"; else row "$2" FAILED "${line:-rc $rc} (tests.log)"; fi
 }
 built() { [ -x "$1" ] && [ "$1" -nt "$TMP/start" ]; }  # linked by this run, not left from an older one
-if [ $build_rc -eq 0 ] || built "$GPU_TESTS"; then ctest_row gpu "ctest -L gpu"; else row "ctest -L gpu" skipped "not built"; fi
-if [ $build_rc -eq 0 ] || built "$CLI"; then ctest_row cli "ctest -L cli"; else row "ctest -L cli" skipped "not built"; fi
 
 # pytest of tests/python against the extension just built (copied beside the package's Python sources).
-section "pytest tests/python" >>"$TESTS_LOG"
 EXT=$(find "$BUILD" -name '_ext*.so' -print -quit 2>/dev/null)
 if [ ! -d "$ROOT/tests/python" ]; then
   row pytest skipped "no tests/python"
 elif [ -z "$EXT" ]; then
-  echo "skipped: the Python extension was not built (nanobind not found or build failed)" >>"$TESTS_LOG"
+  { section "pytest tests/python"; echo "skipped: the Python extension was not built (nanobind not found or build failed)"; } >>"$TESTS_LOG"
   row pytest skipped "Python extension not built (needs nanobind)"
 elif ! python3 -c "import pytest, numpy" >/dev/null 2>&1; then
   row pytest skipped "pytest or numpy missing"
 else
   mkdir -p "$TMP/py/flashattn" && cp "$ROOT"/python/flashattn/*.py "$EXT" "$TMP/py/flashattn/"
-  t0=$(date +%s)
+  # In the background while ctest runs (ctest runs its tests side by side as well; nothing here is timed).
+  py_t0=$(date +%s)
   PYTHONPATH=$TMP/py${PYTHONPATH:+:$PYTHONPATH} python3 -m pytest -q "$ROOT/tests/python" -p no:cacheprovider \
-    >>"$TESTS_LOG" 2>&1
+    >"$TMP/pytest.log" 2>&1 &
+  PYTEST_PID=$!
+fi
+
+if [ $build_rc -eq 0 ] || built "$GPU_TESTS"; then ctest_row gpu "ctest -L gpu"; else row "ctest -L gpu" skipped "not built"; fi
+if [ $build_rc -eq 0 ] || built "$CLI"; then ctest_row cli "ctest -L cli"; else row "ctest -L cli" skipped "not built"; fi
+
+if [ -n "${PYTEST_PID:-}" ]; then
+  wait "$PYTEST_PID"
   rc=$?
-  line=$(grep -E '(passed|failed|error)' "$TESTS_LOG" | tail -n1)
-  if [ $rc -eq 0 ]; then row pytest ok "$line ($(elapsed "$t0"))"; else row pytest FAILED "${line:-rc $rc} (tests.log)"; fi
+  { section "pytest tests/python"; cat "$TMP/pytest.log"; } >>"$TESTS_LOG"
+  line=$(grep -E '(passed|failed|error)' "$TMP/pytest.log" | tail -n1)
+  if [ $rc -eq 0 ]; then row pytest ok "$line ($(elapsed "$py_t0"), beside ctest)"
+  else row pytest FAILED "${line:-rc $rc} (tests.log)"; fi
 fi
 
 # ---- compute-sanitizer -----------------------------------------------------------------------------------
