@@ -259,8 +259,9 @@ static_assert(dq_accum_col(0) == 0 && dq_accum_col(1) == 1 && dq_accum_col(8) ==
               "dq_accum_col: 16-column groups, pairs of the two 8-column halves interleaved");
 
 // dst[0..3] += v (16-byte aligned), fire-and-forget. sm90 has a vector reduction, one instruction for
-// the four (the count of reduction instructions, not their bytes, is what the dQ accumulation pays for);
-// atomicAdd(float4*) would compile to an atom that returns the old values.
+// the four: against 8-byte reductions, 4-byte ones measured 0.83x and these 1.03-1.07x on the H200
+// (bench/results/h200-20261202-fa2-bwd-dq-ab/, h200-20261203-fa2-bwd-dq-red4/). atomicAdd(float4*) would
+// compile to an atom that returns the old values.
 __device__ __forceinline__ void atomic_add4(float* dst, float x, float y, float z, float w) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(x), "f"(y), "f"(z), "f"(w)
