@@ -12,7 +12,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -69,13 +68,8 @@ struct DkdvConfig {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kStages = 2;  // query-side tiles (Q, dO, LSE, D) are double-buffered
-  // k-steps of each tile product unrolled at once: all of them (the most k-steps of any product). Two at a
-  // time once measured 3% (d 128) and 6% (d 64) faster, while the next tile's copies went out between the
-  // loop-top barrier and the first mma; with them behind the S product (kLoadsAfterS) the full unroll is
-  // 941 instead of 1155 instructions per warp and query tile at d 128 (no accumulator zeroing, immediate
-  // fragment offsets) and measured 7.8% faster there (bench/results/h200-20261203-fa2-bwd-sass-vs-pytorch/).
-  static constexpr int kUnrollK = std::max({kHeadDim, kBlockN, kBlockM}) / kMmaK;
-  // Software-pipelined fragment loads in every product (warp_mma's kPrefetch, which then ignores kUnrollK):
+  // Every tile product is fully unrolled (warp_mma, where the measurements are).
+  // Software-pipelined fragment loads in every product (warp_mma's kPrefetch):
   // measured 5% faster at d = 64, within the noise (1-2%) at d = 128, where it spills on sm_80, and 1.5%
   // slower at d = 256.
   static constexpr bool kPrefetchFragments = kHeadDim <= 64;
@@ -89,8 +83,8 @@ struct DkdvConfig {
   // d = 192 shares the 64-key tile and takes the rotation too; it was not timed.
   static constexpr bool kRotatedWalk = kBlockN == 64;
   // The next query tile's copies go out behind this tile's S product instead of right after the loop-top
-  // barrier, so that every warp leaves the barrier straight into mma.sync. Measured on the H200 (same
-  // folder as kUnrollK, backward sweep, 2 passes): d 64 +1.4..+3.1% on all 12 shapes, d 128 +0.2% alone and
+  // barrier, so that every warp leaves the barrier straight into mma.sync. Measured on the H200
+  // (bench/results/h200-20261203-fa2-bwd-sass-vs-pytorch/, backward sweep, 2 passes): d 64 +1.4..+3.1% on all 12 shapes, d 128 +0.2% alone and
   // +5.3..+9.2% with the full unroll, d 256 -1.0..-2.0% on all 12. So the 64-key tiles (d 192 and 256, d 192 not
   // timed) keep the copies at the loop top.
   static constexpr bool kLoadsAfterS = kBlockN != 64;

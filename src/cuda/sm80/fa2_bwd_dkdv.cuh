@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
     {
       float s[Cfg::kSRowTiles][Cfg::kSColTiles][4];
       zero(s);
-      warp_mma<T, Cfg::kSRowTiles, Cfg::kSColTiles, kD / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
+      warp_mma<T, Cfg::kSRowTiles, Cfg::kSColTiles, kD / kMmaK, Cfg::kPrefetchFragments>(
           s, [&](uint32_t(&f)[4], int mt, int kk) { load_a(f, sQ, Cfg::kStrideD, s_row + mt * kMmaM, kk * kMmaK, lane); },
           [&](uint32_t(&f)[2][2], int np, int kk) {
             load_b_nk(f, sK, Cfg::kStrideD, s_col + np * 2 * kMmaN, kk * kMmaK, lane);
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         const int col0 = s_col + pass * kTiles * kMmaN;
         float dp[Cfg::kSRowTiles][kTiles][4];
         zero(dp);
-        warp_mma<T, Cfg::kSRowTiles, kTiles, kD / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
+        warp_mma<T, Cfg::kSRowTiles, kTiles, kD / kMmaK, Cfg::kPrefetchFragments>(
             dp,
             [&](uint32_t(&f)[4], int mt, int kk) {
               load_a(f, sDo, Cfg::kStrideD, s_row + mt * kMmaM, kk * kMmaK, lane);
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
     __syncthreads();  // P and dS complete before any warp reads them transposed
 
     // ---- dV += P^T dO, dK += dS^T Q ----
-    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
+    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kPrefetchFragments>(
         dv,
         [&](uint32_t(&f)[4], int mt, int kk) {
           load_a_trans(f, sP, Cfg::kStrideN, kk * kMmaK, kv_row + mt * kMmaM, lane);
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         [&](uint32_t(&f)[2][2], int np, int kk) {
           load_b_kn(f, sDo, Cfg::kStrideD, kk * kMmaK, kv_col + np * 2 * kMmaN, lane);
         });
-    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
+    warp_mma<T, Cfg::kKvRowTiles, Cfg::kKvColTiles, kM / kMmaK, Cfg::kPrefetchFragments>(
         dk,
         [&](uint32_t(&f)[4], int mt, int kk) {
           load_a_trans(f, sDs, Cfg::kStrideN, kk * kMmaK, kv_row + mt * kMmaM, lane);
@@ -233,11 +233,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
 #pragma unroll
       for (int pass = 0; pass < Cfg::kQPasses; ++pass) {
         constexpr int kTiles = Cfg::kQColTiles / Cfg::kQPasses;
-        static_assert(kTiles % 2 == 0 && Cfg::kQColTiles % 2 == 0, "dQ passes cover whole 16-column groups");
+        static_assert(kTiles % 2 == 0, "dQ passes cover whole 16-column groups");
         const int col0 = q_col + pass * kTiles * kMmaN;
         float dq[Cfg::kQRowTiles][kTiles][4];
         zero(dq);
-        warp_mma<T, Cfg::kQRowTiles, kTiles, kN / kMmaK, Cfg::kUnrollK, Cfg::kPrefetchFragments>(
+        warp_mma<T, Cfg::kQRowTiles, kTiles, kN / kMmaK, Cfg::kPrefetchFragments>(
             dq,
             [&](uint32_t(&f)[4], int mt, int kk) {
               load_a(f, sDs, Cfg::kStrideN, q_row + mt * kMmaM, kk * kMmaK, lane);

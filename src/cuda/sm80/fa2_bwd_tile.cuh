@@ -93,15 +93,17 @@ __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
 // A fragment of row tile mt at k-step kk; load_b(b, np, kk) the B fragments of column tiles 2np, 2np+1.
 // Each A fragment is reused across all NT column tiles and each B fragment across all MT row tiles,
 // which is what makes square-ish warp tiles cheaper in shared-memory reads than thin ones.
-// kUnrollK k-steps are unrolled at a time (kSteps or more: all of them).
+// Every k-step is unrolled: two at a time once measured 3% (d 128) and 6% (d 64) faster, while the next
+// tile's copies sat between the loop-top barrier and the first mma; with them behind the S product
+// (DkdvConfig::kLoadsAfterS) the full unroll is 941 instead of 1155 instructions per warp and query tile at
+// d 128 (no accumulator zeroing, immediate fragment offsets) and measured 7.8% faster
+// (bench/results/h200-20261203-fa2-bwd-sass-vs-pytorch/).
 // kPrefetch: software-pipelined instead: the fragments of k-step kk + 1 are fetched (into a second set of
 // registers) before the products of step kk are issued, so ldmatrix latency hides under the mma.sync of the
-// step before, across loop iterations too; the loop body is two steps, unrolled over all of them when
-// kUnrollK covers kSteps (measured 1.1-1.3% faster at d 64 on the H200 than the rolled loop).
-template <typename T, int MT, int NT, int kSteps, int kUnrollK, bool kPrefetch = false, class LoadA, class LoadB>
+// step before; its two-step loop unrolled too measured 1.1-1.3% faster at d 64 on the H200 than rolled.
+template <typename T, int MT, int NT, int kSteps, bool kPrefetch = false, class LoadA, class LoadB>
 __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA&& load_a, LoadB&& load_b) {
   static_assert(NT % 2 == 0, "B fragments are loaded for pairs of 8-column tiles");
-  static_assert(kUnrollK >= 1, "unroll at least one k-step");
   if constexpr (kPrefetch) {
     static_assert(kSteps % 2 == 0, "the pipelined loop handles two k-steps per iteration");
     uint32_t a0[MT][4], a1[MT][4];
@@ -122,8 +124,7 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA&& load_a
         }
     };
     fetch(a0, b0, 0);
-    constexpr int kPipeUnroll = kUnrollK >= kSteps ? kSteps / 2 : 1;  // iterations of two k-steps
-#pragma unroll kPipeUnroll
+#pragma unroll
     for (int kk = 0; kk < kSteps; kk += 2) {
       fetch(a1, b1, kk + 1);
       issue(a0, b0);
@@ -131,7 +132,7 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], LoadA&& load_a
       issue(a1, b1);
     }
   } else {
-#pragma unroll kUnrollK
+#pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
       uint32_t a[MT][4];
 #pragma unroll
