@@ -124,6 +124,10 @@ struct DkdvConfig {
   static constexpr int kQRegs = kQRowTiles * kQColTiles * 4;
   static constexpr int kDpPasses = kDkdvRegs + 2 * kSRegs > kTileRegBudget && kSColTiles % 4 == 0 ? 2 : 1;
   static constexpr int kQPasses = kDkdvRegs + kQRegs > kTileRegBudget && kQColTiles % 4 == 0 ? 2 : 1;
+  // P and dS go to shared memory by stmatrix on sm90 (store_tile_pair). Measured on the H200
+  // (bench/results/h200-20261203-fa2-bwd-dq-blocks/, against 4-byte stores): head dim 64 +1.4..+3.6%, 128
+  // +0.3..+0.9%, 256 -1.4..-2.6%. Head dims up to 128.
+  static constexpr bool kStoreMatrix = kHeadDim <= 128;
 
   static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32 (whole 16-byte chunks per thread)");
   static_assert(kSRowTiles * kSWarpsM * kMmaM == kBlockM && kSColTiles * kSWarpsN * kMmaN == kBlockN &&
@@ -204,8 +208,7 @@ struct DqConfig {
 
 // Device buffers shared by the passes of one backward call (allocated stream-ordered per call).
 struct Workspace {
-  float* dq_accum = nullptr;  // [total_q, heads_q, head_dim] fp32, columns in dq_accum_col order; nullptr
-                              // in deterministic mode
+  float* dq_accum = nullptr;  // fp32 in 16 x 8 fragment tiles (accum_row0); nullptr in deterministic mode
   float* lse_log2 = nullptr;  // [batch, heads_q, rows_pad]: LSE * log2(e); +inf where P must be 0
   float* delta = nullptr;     // [batch, heads_q, rows_pad]: D = rowsum(dO * O); 0 on padding rows
   int rows_pad = 0;           // seqlen_q rounded up to kRowAlign

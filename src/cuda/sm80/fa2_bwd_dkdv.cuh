@@ -50,8 +50,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
   const int q_row = (warp % Cfg::kQWarpsM) * Cfg::kQRowTiles * kMmaM;
   const int q_col = (warp / Cfg::kQWarpsM) * Cfg::kQColTiles * kMmaN;
 
-  // Row of dq_accum (packed order, see packed_q_row) of this sequence's first query row.
-  const int64_t q_packed0 = packed_q_row(a, b, 0);
+  // 16-row accumulator block of this sequence's first query row (accum_row0; fewer than 2^31 / 16).
+  const int q_block0 = int(accum_row0(packed_q_row(a, b, 0), b) / kAccumTileRows);
 
   float dk[Cfg::kKvRowTiles][Cfg::kKvColTiles][4], dv[Cfg::kKvRowTiles][Cfg::kKvColTiles][4];
   zero(dk);
@@ -161,6 +161,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
             keys_lo = RowKeys::of(mask, m0 + r_lo);
             keys_hi = RowKeys::of(mask, m0 + r_hi);
           }
+          uint32_t packed[Cfg::kSColTiles][2];  // rows r_lo, r_hi of each tile, as 16-bit pairs
 #pragma unroll
           for (int nt = 0; nt < Cfg::kSColTiles; ++nt) {
             const int col = s_col + nt * kMmaN + 2 * t4;
@@ -171,9 +172,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
               const bool visible = !kMasked || (hi ? keys_hi : keys_lo).sees(n0 + col + e % 2);
               p[e] = math.p_of(s[mt][nt][e], hi ? lse_hi : lse_lo, visible, &s[mt][nt][e]);
             }
-            *reinterpret_cast<uint32_t*>(sP + r_lo * Cfg::kStrideN + col) = pack2<T>(p[0], p[1]);
-            *reinterpret_cast<uint32_t*>(sP + r_hi * Cfg::kStrideN + col) = pack2<T>(p[2], p[3]);
+            packed[nt][0] = pack2<T>(p[0], p[1]);
+            packed[nt][1] = pack2<T>(p[2], p[3]);
           }
+#pragma unroll
+          for (int np = 0; np < Cfg::kSColTiles / 2; ++np)
+            store_tile_pair<Cfg::kStoreMatrix>(sP, Cfg::kStrideN, s_row + mt * kMmaM, s_col + np * 2 * kMmaN, packed[2 * np][0],
+                            packed[2 * np][1], packed[2 * np + 1][0], packed[2 * np + 1][1], lane);
         }
       });
 
@@ -195,15 +200,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
         for (int mt = 0; mt < Cfg::kSRowTiles; ++mt) {
           const int r_lo = s_row + mt * kMmaM + g, r_hi = r_lo + 8;
           const float d_lo = sDelta[r_lo], d_hi = sDelta[r_hi];
+          static_assert(kTiles % 2 == 0, "dS is stored in pairs of 8-column tiles");
 #pragma unroll
-          for (int nt = 0; nt < kTiles; ++nt) {
-            const int col = col0 + nt * kMmaN + 2 * t4;
-            const float* pg = s[mt][pass * kTiles + nt];
-            const float* dpv = dp[mt][nt];
-            *reinterpret_cast<uint32_t*>(sDs + r_lo * Cfg::kStrideN + col) =
-                pack2<T>(pg[0] * (dpv[0] - d_lo), pg[1] * (dpv[1] - d_lo));
-            *reinterpret_cast<uint32_t*>(sDs + r_hi * Cfg::kStrideN + col) =
-                pack2<T>(pg[2] * (dpv[2] - d_hi), pg[3] * (dpv[3] - d_hi));
+          for (int np = 0; np < kTiles / 2; ++np) {
+            uint32_t packed[2][2];  // tiles 2 np, 2 np + 1; rows r_lo, r_hi
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const float* pg = s[mt][pass * kTiles + 2 * np + j];
+              const float* dpv = dp[mt][2 * np + j];
+              packed[j][0] = pack2<T>(pg[0] * (dpv[0] - d_lo), pg[1] * (dpv[1] - d_lo));
+              packed[j][1] = pack2<T>(pg[2] * (dpv[2] - d_hi), pg[3] * (dpv[3] - d_hi));
+            }
+            store_tile_pair<Cfg::kStoreMatrix>(sDs, Cfg::kStrideN, s_row + mt * kMmaM, col0 + np * 2 * kMmaN, packed[0][0], packed[0][1],
+                            packed[1][0], packed[1][1], lane);
           }
         }
       }
@@ -233,7 +242,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
 #pragma unroll
       for (int pass = 0; pass < Cfg::kQPasses; ++pass) {
         constexpr int kTiles = Cfg::kQColTiles / Cfg::kQPasses;
-        static_assert(kTiles % 2 == 0, "dQ passes cover whole 16-column groups");
         const int col0 = q_col + pass * kTiles * kMmaN;
         float dq[Cfg::kQRowTiles][kTiles][4];
         zero(dq);
@@ -245,35 +253,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
             [&](uint32_t(&f)[2][2], int np, int kk) {
               load_b_kn(f, sK, Cfg::kStrideD, kk * kMmaK, col0 + np * 2 * kMmaN, lane);
             });
-        // Rows of the accumulator are heads_q * kD floats apart; the per-thread offsets fit 32 bits
-        // (heads_q <= 65535, checked on the host).
-        const int row_floats = a.heads_q * kD;
-        float* const acc_tile = ws.dq_accum + ((q_packed0 + m0) * a.heads_q + h) * kD;
-        // Padding rows carry dS = 0 but belong to the next sequence (varlen) or to nothing: never add them.
-        // Tiles inside the sequence skip the row tests.
-        with_checks(m0 + kM > len_q, [&](auto checked) {
+        // One 512-byte accumulator tile per fragment (accum_row0): its 16 rows are this tile's rows
+        // q_row + 16 mt (m0 and q_row are multiples of 16), its 8 columns col0 + 8 nt. Fragments wholly
+        // past the sequence's end are left out (their block may be the next sequence's); the padding rows
+        // of the last one carry dS = 0 into the sequence's own block, which the post-pass does not read.
+        const int tile_floats = a.heads_q * (kD / kAccumTileCols) * kAccumTileFloats;  // per 16-row block
+        float* const acc_tile = ws.dq_accum +
+                                accum_tile(q_block0 + (m0 + q_row) / kAccumTileRows, h, col0 / kAccumTileCols,
+                                           a.heads_q, kD / kAccumTileCols) +
+                                (g * 16 + t4 * 4);
 #pragma unroll
-          for (int mt = 0; mt < Cfg::kQRowTiles; ++mt) {
-            const int r_lo = q_row + mt * kMmaM + g;  // tile row
-            // Columns 2 t4, 2 t4 + 1 of tiles 2 np and 2 np + 1: four floats side by side (dq_accum_col).
-            float* const acc_lo = acc_tile + (r_lo * row_floats + col0 + dq_accum_col(2 * t4));
-            float* const acc_hi = acc_lo + 8 * row_floats;
-            const bool lo_ok = !decltype(checked)::value || m0 + r_lo < len_q;
-            const bool hi_ok = !decltype(checked)::value || m0 + r_lo + 8 < len_q;
+        for (int mt = 0; mt < Cfg::kQRowTiles; ++mt) {
+          const bool in_seq = m0 + q_row + mt * kMmaM < len_q;  // warp-uniform
 #pragma unroll
-            for (int np = 0; np < kTiles / 2; ++np) {
-              const float* x = dq[mt][2 * np];
-              const float* y = dq[mt][2 * np + 1];
-              if (lo_ok) atomic_add4(acc_lo + np * 2 * kMmaN, x[0], x[1], y[0], y[1]);
-              if (hi_ok) atomic_add4(acc_hi + np * 2 * kMmaN, x[2], x[3], y[2], y[3]);
-            }
+          for (int nt = 0; nt < kTiles; ++nt) {
+            const float* x = dq[mt][nt];
+            if (in_seq) atomic_add4(acc_tile + mt * tile_floats + nt * kAccumTileFloats, x[0], x[1], x[2], x[3]);
           }
-        });
+        }
       }
     }
   }
 
   // ---- Epilogue: dK * scale and dV in the input dtype (keys past the end are not written) ----
+  // The warp's block origin from a fresh read of the thread index (an asm the compiler cannot merge with
+  // the first): kept from the kernel's start it would hold a register across the main loop.
+  unsigned tid_again;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid_again));
+  const int warp_e = int(tid_again) / kWarpSize;
+  const int kv_row_e = (warp_e % Cfg::kKvWarpsN) * Cfg::kKvRowTiles * kMmaM;
+  const int kv_col_e = (warp_e / Cfg::kKvWarpsN) * Cfg::kKvColTiles * kMmaN;
   const int64_t krow0 = int64_t(a.k_offset(b)) + n0;
   T* dk_out = row_ptr<T>(a.dk, b, krow0, kv_head);
   T* dv_out = row_ptr<T>(a.dv, b, krow0, kv_head);
@@ -281,11 +290,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
   for (int mt = 0; mt < Cfg::kKvRowTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int r = kv_row + mt * kMmaM + g + 8 * half;
+      const int r = kv_row_e + mt * kMmaM + g + 8 * half;
       if (r >= keys_valid) continue;
 #pragma unroll
       for (int nt = 0; nt < Cfg::kKvColTiles; ++nt) {
-        const int col = kv_col + nt * kMmaN + 2 * t4;
+        const int col = kv_col_e + nt * kMmaN + 2 * t4;
         *reinterpret_cast<uint32_t*>(dk_out + r * a.dk.row_stride + col) =
             pack2<T>(dk[mt][nt][2 * half] * a.scale, dk[mt][nt][2 * half + 1] * a.scale);
         *reinterpret_cast<uint32_t*>(dv_out + r * a.dv.row_stride + col) =

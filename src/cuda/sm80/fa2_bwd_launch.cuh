@@ -48,7 +48,7 @@ Status run(const detail::Problem& p, const Context& ctx) {
   Workspace ws;
   ws.rows_pad = int(ceil_div(p.seqlen_q, kRowAlign) * kRowAlign);
   const int64_t row_vec_floats = p.batch * p.heads_q * ws.rows_pad;
-  const int64_t accum_floats = det ? 0 : p.total_q * p.heads_q * D;
+  const int64_t accum_floats = det ? 0 : accum_rows(p.total_q, p.batch) * p.heads_q * D;
   StreamBuffer buffer(stream);
   // Layout: [dQ accumulator | LSE log2 | D]; each part is a multiple of 16 bytes long.
   Status s = buffer.allocate(size_t(accum_floats + 2 * row_vec_floats) * sizeof(float));
@@ -89,19 +89,18 @@ Status run(const detail::Problem& p, const Context& ctx) {
       kernel<<<grid, QCfg::kThreads, QCfg::kSmemBytes, stream>>>(a, ws);
       FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd dq_kernel");
     }
-  } else if (p.total_q > 0) {
-    const int64_t items = p.total_q * p.heads_q * (D / 16);  // one 16-column group per thread
-    postpass_kernel<T, D>
-        <<<elementwise_blocks(items, ctx), kElementwiseThreads, 0, stream>>>(a, ws, p.total_q);
+  } else if (p.total_q > 0 && p.seqlen_q > 0) {
+    const dim3 grid(unsigned(ceil_div(p.seqlen_q, kAccumTileRows)), unsigned(p.batch));
+    postpass_kernel<T, D><<<grid, kElementwiseThreads, 0, stream>>>(a, ws);
     FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd postpass_kernel");
   }
 
   if (p.varlen) {
-    // Packed rows after the last sequence belong to no sequence: their gradients are zero. (The
-    // post-pass already covers every dq row in the default mode.)
+    // Packed rows after the last sequence belong to no sequence: their gradients are zero (the post-pass
+    // writes only the rows of sequences).
     s = zero_tail_rows<T, D>(p.dk, p.cu_k.back(), p.total_k, p.heads_kv, ctx);
     if (s.ok()) s = zero_tail_rows<T, D>(p.dv, p.cu_k.back(), p.total_k, p.heads_kv, ctx);
-    if (s.ok() && det) s = zero_tail_rows<T, D>(p.dq, p.cu_q.back(), p.total_q, p.heads_q, ctx);
+    if (s.ok()) s = zero_tail_rows<T, D>(p.dq, p.cu_q.back(), p.total_q, p.heads_q, ctx);
     if (!s.ok()) return s;
   }
   return buffer.release();

@@ -75,32 +75,37 @@ __global__ void __launch_bounds__(kPrepassThreads) prepass_kernel(const AttnPara
   }
 }
 
-// One thread per 16 elements of dq (one column group of dq_accum_col: four float4 reads, two 16-byte
-// stores), grid-stride. Float4 t of a group holds columns 2 t, 2 t + 1, 8 + 2 t, 9 + 2 t.
+// dq = scale * accumulator, per sequence: grid (ceil(seqlen_q / 16), batch), one 16-row block of the
+// accumulator (every head) per CTA. One thread per (head, column tile, fragment row g): four float4 reads
+// (the 64 bytes of lanes (g, 0..3), consecutive threads on consecutive bytes), rows g and g + 8 of the
+// tile's 8 columns out as one 16-byte store each (accum_row0).
 template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kElementwiseThreads) postpass_kernel(const AttnParams a, const Workspace ws,
-                                                                       const int64_t total_q) {
-  constexpr int kGroups = kHeadDim / 16;
-  static_assert(kHeadDim % 16 == 0, "dq_accum_col works on 16-column groups");
-  const int64_t n = total_q * a.heads_q * kGroups;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int c = int(i % kGroups);
-    const int64_t row_head = i / kGroups;  // packed row * heads_q + head
-    const int h = int(row_head % a.heads_q);
-    const int64_t row = row_head / a.heads_q;
-    const float4* src = reinterpret_cast<const float4*>(ws.dq_accum + row_head * kHeadDim + c * 16);
-    const float4 q0 = src[0], q1 = src[1], q2 = src[2], q3 = src[3];
+__global__ void __launch_bounds__(kElementwiseThreads) postpass_kernel(const AttnParams a, const Workspace ws) {
+  constexpr int kColTiles = kHeadDim / kAccumTileCols;
+  constexpr int kHalf = kAccumTileRows / 2;
+  const int b = blockIdx.y;
+  const int row0 = blockIdx.x * kAccumTileRows;
+  const int len_q = a.len_q(b);
+  if (row0 >= len_q) return;
+  const float* const block =
+      ws.dq_accum + accum_tile((accum_row0(packed_q_row(a, b, 0), b) + row0) / kAccumTileRows, 0, 0, a.heads_q,
+                               kColTiles);
+  const int items = a.heads_q * kColTiles * kHalf;  // [head][column tile][g]
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int g = i % kHalf;
+    const int ct = (i / kHalf) % kColTiles;
+    const int h = i / (kHalf * kColTiles);
+    const float4* src = reinterpret_cast<const float4*>(block + int64_t(i) * 16);
+    const float4 q0 = src[0], q1 = src[1], q2 = src[2], q3 = src[3];  // lanes t4 = 0..3: (g, 2 t4 + e), (g + 8, ..)
     const float s = a.scale;
-    const uint4 first = make_uint4(pack2<T>(q0.x * s, q0.y * s), pack2<T>(q1.x * s, q1.y * s),
-                                   pack2<T>(q2.x * s, q2.y * s), pack2<T>(q3.x * s, q3.y * s));
-    const uint4 second = make_uint4(pack2<T>(q0.z * s, q0.w * s), pack2<T>(q1.z * s, q1.w * s),
-                                    pack2<T>(q2.z * s, q2.w * s), pack2<T>(q3.z * s, q3.w * s));
-    // Packed order is [total_q] for varlen and [batch * seqlen_q] otherwise (see packed_q_row).
-    const int64_t off = a.cu_q ? row * a.dq.row_stride
-                               : (row / a.seqlen_q) * a.dq.batch_stride + (row % a.seqlen_q) * a.dq.row_stride;
-    T* const dst = static_cast<T*>(a.dq.ptr) + off + h * a.dq.head_stride + c * 16;
-    *reinterpret_cast<uint4*>(dst) = first;
-    *reinterpret_cast<uint4*>(dst + kChunkElems) = second;
+    T* const base = row_ptr<T>(a.dq, b, a.q_offset(b) + row0 + g, h) + ct * kAccumTileCols;
+    if (row0 + g < len_q)
+      *reinterpret_cast<uint4*>(base) = make_uint4(pack2<T>(q0.x * s, q0.y * s), pack2<T>(q1.x * s, q1.y * s),
+                                                   pack2<T>(q2.x * s, q2.y * s), pack2<T>(q3.x * s, q3.y * s));
+    if (row0 + g + kHalf < len_q)
+      *reinterpret_cast<uint4*>(base + kHalf * a.dq.row_stride) =
+          make_uint4(pack2<T>(q0.z * s, q0.w * s), pack2<T>(q1.z * s, q1.w * s), pack2<T>(q2.z * s, q2.w * s),
+                     pack2<T>(q3.z * s, q3.w * s));
   }
 }
 

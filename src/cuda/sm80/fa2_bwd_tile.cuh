@@ -245,19 +245,31 @@ struct RowKeys {
   __device__ __forceinline__ bool sees(int key) const { return key >= begin && key < end; }
 };
 
-// ---- Global fp32 accumulation --------------------------------------------------------------------------
-
-// Column order of the dQ accumulator (Workspace::dq_accum). Within each group of 16 columns, column
-// 8 h + 2 t + e (h: which 8-column half, t = 0..3, e = 0..1) is stored at 4 t + 2 h + e, so that the four
-// values one thread holds of a row in two neighbouring 8-column mma tiles (columns 2 t, 2 t + 1 of each)
-// are contiguous: one 16-byte reduction where the natural order needs two 8-byte ones. postpass_kernel
-// reads the order back.
-__host__ __device__ constexpr int dq_accum_col(int col) {
-  return (col & ~15) | ((col & 6) << 1) | ((col & 8) >> 2) | (col & 1);
+// The 16 x 16 block of two neighbouring mma tiles of one warp, packed to 16-bit pairs, into a row-major
+// shared tile: lo_j / hi_j are rows g / g + 8 of tile j (columns 2 t4, 2 t4 + 1; tile 1 is 8 columns to the
+// right). sm90 with kMatrix: one stmatrix.x4, which takes the fragment registers as they are (lane l gives
+// the address of row l % 8 of its matrix, 8 rows lower for l / 8 odd, 8 columns right for l >= 16);
+// otherwise four 4-byte stores.
+template <bool kMatrix, typename T>
+__device__ __forceinline__ void store_tile_pair(T* tile, int stride, int row0, int col0, uint32_t lo0, uint32_t hi0,
+                                                uint32_t lo1, uint32_t hi1, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kMatrix) {
+    const T* row = tile + (row0 + lane % 8 + (lane / 8) % 2 * 8) * stride + col0 + lane / 16 * 8;
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr(row)),
+                 "r"(lo0), "r"(hi0), "r"(lo1), "r"(hi1)
+                 : "memory");
+    return;
+  }
+#endif
+  T* const p = tile + (row0 + lane / 4) * stride + col0 + 2 * (lane % 4);
+  *reinterpret_cast<uint32_t*>(p) = lo0;
+  *reinterpret_cast<uint32_t*>(p + 8 * stride) = hi0;
+  *reinterpret_cast<uint32_t*>(p + 8) = lo1;
+  *reinterpret_cast<uint32_t*>(p + 8 * stride + 8) = hi1;
 }
-static_assert(dq_accum_col(0) == 0 && dq_accum_col(1) == 1 && dq_accum_col(8) == 2 && dq_accum_col(2) == 4 &&
-                  dq_accum_col(15) == 15 && dq_accum_col(22) == 28,
-              "dq_accum_col: 16-column groups, pairs of the two 8-column halves interleaved");
+
+// ---- Global fp32 accumulation --------------------------------------------------------------------------
 
 // dst[0..3] += v (16-byte aligned), fire-and-forget. sm90 has a vector reduction, one instruction for
 // the four: against 8-byte reductions, 4-byte ones measured 0.83x and these 1.03-1.07x on the H200
@@ -275,9 +287,27 @@ __device__ __forceinline__ void atomic_add4(float* dst, float x, float y, float 
 #endif
 }
 
-// Row of the dQ accumulator / workspaces for (batch b, row) in the packed [total_q, ...] order.
+// Row of the workspaces for (batch b, row) in the packed [total_q, ...] order.
 __device__ __forceinline__ int64_t packed_q_row(const AttnParams& a, int b, int row) {
   return a.cu_q ? int64_t(a.cu_q[b]) + row : int64_t(b) * a.seqlen_q + row;
+}
+
+// The dQ accumulator (Workspace::dq_accum) holds one mma accumulator tile (16 rows x 8 columns of one
+// head) in 512 contiguous bytes, as the fragments hold it: lane (g, t4)'s four values, rows g and g + 8 at
+// columns 2 t4 and 2 t4 + 1, side by side at float 16 g + 4 t4. Tiles go [row / 16][head][column / 8]. A
+// fragment then leaves with one 16-byte reduction, straight from its accumulator registers, and a warp's
+// reduction instruction covers four whole 128-byte lines. Each sequence owns whole 16-row blocks: its rows
+// start at accum_row0 (its packed row rounded up to 16, plus 16 per sequence before it), so the rows past
+// its end in its last block are its own (they add the zeros of padding rows) and the kernel adds whole
+// tiles without row tests. accum_rows() rows in all.
+constexpr int kAccumTileRows = 16, kAccumTileCols = 8, kAccumTileFloats = kAccumTileRows * kAccumTileCols;
+__host__ __device__ __forceinline__ int64_t accum_row0(int64_t packed_row0, int b) {
+  return (packed_row0 + kAccumTileRows - 1) / kAccumTileRows * kAccumTileRows + int64_t(kAccumTileRows) * b;
+}
+inline int64_t accum_rows(int64_t total_q, int64_t batch) { return accum_row0(total_q, int(batch)); }
+// Float offset of (accumulator row r0 + 16 i, a multiple of 16; head h; column tile ct) for heads_q heads.
+__device__ __forceinline__ int64_t accum_tile(int64_t row_block, int h, int ct, int heads_q, int col_tiles) {
+  return ((row_block * heads_q + h) * col_tiles + ct) * kAccumTileFloats;
 }
 // Start of the per-row workspace (LSE, D) of (b, h).
 __device__ __forceinline__ int64_t row_vec_base(const AttnParams& a, const Workspace& ws, int b, int h) {
