@@ -95,6 +95,10 @@ struct FwdConfig {
   // 255 registers and measured 0-3.7% faster (bench/results/h200-20261203-fa2-fwd-fold128/). Head dims up
   // to 128.
   static constexpr bool kFoldScale = kHeadDim_ <= 128;
+  // FA4's conditional rescale (fa2_fwd_kernel.cuh). Measured on the H200
+  // (bench/results/h200-20261203-fa2-fwd-cond-rescale/): head dim 64 -0.6..+5.1%, 128 +2.3..+6.0%, 256
+  // -3.4..+0.7% (slower on every non-causal shape). Head dims up to 128; above, every block rescales.
+  static constexpr bool kConditionalRescale = kHeadDim_ <= 128;
 
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kRowsPerWarp = kBlockM / kWarps;

@@ -11,6 +11,7 @@
 
 #include "core/mask.h"
 #include "core/numeric.h"
+#include "core/softmax_online.h"
 #include "cuda/common/problem_params.cuh"
 #include "cuda/common/ptx_sm80.cuh"
 #include "cuda/sm80/fa2_common.cuh"
@@ -115,7 +116,8 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
 
   after_qk();
   scale_scores<kSoftcap>(s, p);
-  uint32_t p16[Cfg::kMTiles][Cfg::kNTiles][2];  // P as packed 16-bit pairs: [slice][n8 tile][row half]
+  // Block maxima (log2 units) of this thread's rows, the masked scores set to -inf.
+  float tile_max[Cfg::kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
 #pragma unroll
@@ -133,7 +135,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
         col_lo = int(mask.key_begin(row)) - col0;
         col_hi = int(mask.key_end(row)) - col0;
       }
-      float tile_max = core::kNegInf;
+      float m = core::kNegInf;
 #pragma unroll
       for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
 #pragma unroll
@@ -144,16 +146,51 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
             if (col < col_lo || col >= col_hi) x = core::kNegInf;
           }
           s[mt][nt][2 * half + e] = x;
-          tile_max = fmaxf(tile_max, x);
+          m = fmaxf(m, x);
         }
       }
-      tile_max = quad_max(tile_max) * p.score_mult;  // the max commutes with the positive factor
-      const float new_max = fmaxf(st.row_max[mt][half], tile_max);
-      // -inf - -inf is NaN: a row that has seen only masked keys subtracts 0 instead, which sends its
-      // exp2(-inf) terms and the (-inf) old max to 0.
-      const float base = new_max == core::kNegInf ? 0.0f : new_max;
-      const float factor = fast_exp2(st.row_max[mt][half] - base);
-      st.row_max[mt][half] = new_max;
+      tile_max[mt][half] = quad_max(m) * p.score_mult;  // the max commutes with the positive factor
+    }
+  }
+  // FA4's conditional rescale: the rows keep their stored max, and O and the sums their scale, unless some
+  // row of the warp sees its max grow by more than core::kRescaleThresholdLog2 (the first visible block
+  // always does: the stored max is -inf). Meanwhile probabilities reach at most 2^8, which the 16-bit P and
+  // the fp32 sums hold exactly as well as values up to 1; the final O / l and LSE = max + log2(l) use the
+  // stored max either way.
+  bool grow = false;
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      grow |= tile_max[mt][half] - st.row_max[mt][half] > core::kRescaleThresholdLog2;
+  // Above kConditionalRescale's head dims every block rescales (grow is then left unread).
+  if (!Cfg::kConditionalRescale || __any_sync(0xffffffffu, grow)) {
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float new_max = fmaxf(st.row_max[mt][half], tile_max[mt][half]);
+        // -inf - -inf is NaN: a row that has seen only masked keys keeps factor 1 (its O and sum are 0).
+        const float factor = new_max == core::kNegInf ? 1.0f : fast_exp2(st.row_max[mt][half] - new_max);
+        st.row_max[mt][half] = new_max;
+        st.row_sum[mt][half] *= factor;
+#pragma unroll
+        for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
+          st.o[mt][dt][2 * half] *= factor;
+          st.o[mt][dt][2 * half + 1] *= factor;
+        }
+      }
+    }
+  }
+
+  uint32_t p16[Cfg::kMTiles][Cfg::kNTiles][2];  // P as packed 16-bit pairs: [slice][n8 tile][row half]
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // A row that has seen only masked keys subtracts 0 instead of -inf, which sends its exp2(-inf)
+      // terms to 0.
+      const float base = st.row_max[mt][half] == core::kNegInf ? 0.0f : st.row_max[mt][half];
       // The row sum adds the fp32 probabilities: summing the 16-bit P instead would put its rounding
       // (up to 2^-8 relative in bf16) into the LSE.
       float tile_sum = 0.0f;
@@ -164,12 +201,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
         tile_sum += p0 + p1;
         p16[mt][nt][half] = pack2<T>(p0, p1);
       }
-      st.row_sum[mt][half] = st.row_sum[mt][half] * factor + tile_sum;
-#pragma unroll
-      for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
-        st.o[mt][dt][2 * half] *= factor;
-        st.o[mt][dt][2 * half + 1] *= factor;
-      }
+      st.row_sum[mt][half] += tile_sum;
     }
   }
 
