@@ -125,8 +125,8 @@ struct DkdvConfig {
   static constexpr int kDpPasses = kDkdvRegs + 2 * kSRegs > kTileRegBudget && kSColTiles % 4 == 0 ? 2 : 1;
   static constexpr int kQPasses = kDkdvRegs + kQRegs > kTileRegBudget && kQColTiles % 4 == 0 ? 2 : 1;
   // P and dS go to shared memory by stmatrix on sm90 (store_tile_pair). Measured on the H200
-  // (bench/results/h200-20261203-fa2-bwd-dq-blocks/, against 4-byte stores): head dim 64 +1.4..+3.6%, 128
-  // +0.3..+0.9%, 256 -1.4..-2.6%. Head dims up to 128.
+  // (bench/results/h200-20261203-fa2-bwd-dq-blocks/, against 4-byte stores): head dim 64 +2.1..+3.5%, 128
+  // +0.3..+1.0%, 256 -1.1..-2.4%. Head dims up to 128.
   static constexpr bool kStoreMatrix = kHeadDim <= 128;
 
   static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32 (whole 16-byte chunks per thread)");
