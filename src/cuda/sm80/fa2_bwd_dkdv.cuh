@@ -177,8 +177,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
           }
 #pragma unroll
           for (int np = 0; np < Cfg::kSColTiles / 2; ++np)
-            store_tile_pair<Cfg::kStoreMatrix>(sP, Cfg::kStrideN, s_row + mt * kMmaM, s_col + np * 2 * kMmaN, packed[2 * np][0],
-                            packed[2 * np][1], packed[2 * np + 1][0], packed[2 * np + 1][1], lane);
+            store_tile_pair<Cfg::kStoreMatrix>(sP, Cfg::kStrideN, s_row + mt * kMmaM, s_col + np * 2 * kMmaN,
+                                               packed[2 * np][0], packed[2 * np][1], packed[2 * np + 1][0],
+                                               packed[2 * np + 1][1], lane);
         }
       });
 
@@ -211,8 +212,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) dkdv_kernel(const AttnParams
               packed[j][0] = pack2<T>(pg[0] * (dpv[0] - d_lo), pg[1] * (dpv[1] - d_lo));
               packed[j][1] = pack2<T>(pg[2] * (dpv[2] - d_hi), pg[3] * (dpv[3] - d_hi));
             }
-            store_tile_pair<Cfg::kStoreMatrix>(sDs, Cfg::kStrideN, s_row + mt * kMmaM, col0 + np * 2 * kMmaN, packed[0][0], packed[0][1],
-                            packed[1][0], packed[1][1], lane);
+            store_tile_pair<Cfg::kStoreMatrix>(sDs, Cfg::kStrideN, s_row + mt * kMmaM, col0 + np * 2 * kMmaN,
+                                               packed[0][0], packed[0][1], packed[1][0], packed[1][1], lane);
           }
         }
       }
