@@ -5,7 +5,8 @@
 #   profiles: fa3_d128_n8192 fa3_d128_n512 fa3_d64_n8192 fa3_d256_n8192 fa3_d128_n8192_causal
 #             decode_b1_32k decode_b64_4k fa2_bwd_d64_n8192 fa2_bwd_d128_n8192 fa2_bwd_d256_n8192
 #             sdpa_flash_bwd_d64_n8192 sdpa_flash_bwd_d128_n8192 sdpa_flash_bwd_d256_n8192
-#             fa2_fwd_d256_n8192 sdpa_flash_fwd_d256_n8192 sdpa_cudnn_fwd_d128_n512
+#             fa2_fwd_d256_n8192 sdpa_flash_fwd_d256_n8192 fa2_fwd_d64_n512 sdpa_flash_fwd_d64_n512
+#             sdpa_cudnn_fwd_d128_n512
 #             sdpa_cudnn_fwd_d128_n8192   (default: all)
 # For each profile it writes <profile>.txt (the sections below, one launch after warm-up) and
 # <profile>_sass.csv.gz (per-instruction samples: where the warps stall).
@@ -55,6 +56,8 @@ PROFILES=(
   "sdpa_flash_bwd_d128_n8192;flash_bwd_dq_dk_dv;sdpa flash both 2 16 8192 128"
   "sdpa_flash_bwd_d256_n8192;flash_bwd_dq_dk_dv;sdpa flash both 2 8 8192 256"
   "fa2_fwd_d256_n8192;fa2_fwd_kernel;--algo fa2 --batch 2 --heads 8 --head-dim 256 --seqlen-q 8192"
+  "fa2_fwd_d64_n512;fa2_fwd_kernel;--algo fa2 --batch 32 --heads 32 --head-dim 64 --seqlen-q 512"
+  "sdpa_flash_fwd_d64_n512;flash_fwd_kernel;sdpa flash fwd 32 32 512 64"
   "sdpa_flash_fwd_d256_n8192;flash_fwd_kernel;sdpa flash both 2 8 8192 256"
   "sdpa_cudnn_fwd_d128_n512;cudnn|sdpa|fprop;sdpa cudnn fwd 32 16 512 128"
   "sdpa_cudnn_fwd_d128_n8192;cudnn|sdpa|fprop;sdpa cudnn fwd 2 16 8192 128"
