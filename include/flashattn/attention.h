@@ -70,7 +70,10 @@ struct AttentionArgs {
 };
 
 // Backward: the forward call's arguments (out and lse now inputs) plus dout and the gradient outputs,
-// which have the shapes of q, k and v.
+// which have the shapes of q, k and v. CUDA fa2 takes a temporary workspace from the stream: LSE and D for
+// every (sequence, head) up to the longest sequence rounded up to 128 rows, and unless deterministic an
+// fp32 dQ accumulator of heads_q * head_dim floats per row, each sequence's rows rounded up to 16 plus 16
+// (about twice dq's bytes for long sequences; up to 32 rows for a one-token varlen sequence).
 struct BackwardArgs {
   AttentionArgs fwd;
   TensorView dout;

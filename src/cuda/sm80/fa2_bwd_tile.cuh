@@ -299,7 +299,8 @@ __device__ __forceinline__ int64_t packed_q_row(const AttnParams& a, int b, int 
 // reduction instruction covers four whole 128-byte lines. Each sequence owns whole 16-row blocks: its rows
 // start at accum_row0 (its packed row rounded up to 16, plus 16 per sequence before it), so the rows past
 // its end in its last block are its own (they add the zeros of padding rows) and the kernel adds whole
-// tiles without row tests. accum_rows() rows in all.
+// tiles without row tests. accum_rows() rows in all: total_q plus at most 31 per sequence (attention.h
+// states the workspace for users).
 constexpr int kAccumTileRows = 16, kAccumTileCols = 8, kAccumTileFloats = kAccumTileRows * kAccumTileCols;
 __host__ __device__ __forceinline__ int64_t accum_row0(int64_t packed_row0, int b) {
   return (packed_row0 + kAccumTileRows - 1) / kAccumTileRows * kAccumTileRows + int64_t(kAccumTileRows) * b;
