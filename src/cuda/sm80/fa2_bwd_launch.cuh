@@ -89,7 +89,7 @@ Status run(const detail::Problem& p, const Context& ctx) {
       kernel<<<grid, QCfg::kThreads, QCfg::kSmemBytes, stream>>>(a, ws);
       FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd dq_kernel");
     }
-  } else if (p.total_q > 0 && p.seqlen_q > 0) {
+  } else if (p.seqlen_q > 0 && p.batch > 0) {
     const dim3 grid(unsigned(ceil_div(p.seqlen_q, kAccumTileRows)), unsigned(p.batch));
     postpass_kernel<T, D><<<grid, kElementwiseThreads, 0, stream>>>(a, ws);
     FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd postpass_kernel");

@@ -306,7 +306,7 @@ __host__ __device__ __forceinline__ int64_t accum_row0(int64_t packed_row0, int 
   return (packed_row0 + kAccumTileRows - 1) / kAccumTileRows * kAccumTileRows + int64_t(kAccumTileRows) * b;
 }
 inline int64_t accum_rows(int64_t total_q, int64_t batch) { return accum_row0(total_q, int(batch)); }
-// Float offset of (accumulator row r0 + 16 i, a multiple of 16; head h; column tile ct) for heads_q heads.
+// Float offset of the tile (16-row block row_block, head h, 8-column tile ct) for heads_q heads.
 __device__ __forceinline__ int64_t accum_tile(int64_t row_block, int h, int ct, int heads_q, int col_tiles) {
   return ((row_block * heads_q + h) * col_tiles + ct) * kAccumTileFloats;
 }

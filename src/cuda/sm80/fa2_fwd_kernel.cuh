@@ -157,14 +157,18 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
   // always does: the stored max is -inf). Meanwhile probabilities reach at most 2^8, which the 16-bit P and
   // the fp32 sums hold exactly as well as values up to 1; the final O / l and LSE = max + log2(l) use the
   // stored max either way.
-  bool grow = false;
+  // Above kConditionalRescale's head dims every block rescales.
+  bool rescale = true;
+  if constexpr (Cfg::kConditionalRescale) {
+    bool grow = false;
 #pragma unroll
-  for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt)
 #pragma unroll
-    for (int half = 0; half < 2; ++half)
-      grow |= tile_max[mt][half] - st.row_max[mt][half] > core::kRescaleThresholdLog2;
-  // Above kConditionalRescale's head dims every block rescales (grow is then left unread).
-  if (!Cfg::kConditionalRescale || __any_sync(0xffffffffu, grow)) {
+      for (int half = 0; half < 2; ++half)
+        grow |= tile_max[mt][half] - st.row_max[mt][half] > core::kRescaleThresholdLog2;
+    rescale = __any_sync(0xffffffffu, grow);
+  }
+  if (rescale) {
 #pragma unroll
     for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
 #pragma unroll
