@@ -6,7 +6,7 @@
 #             decode_b1_32k decode_b64_4k fa2_bwd_d64_n8192 fa2_bwd_d128_n8192 fa2_bwd_d256_n8192
 #             sdpa_flash_bwd_d64_n8192 sdpa_flash_bwd_d128_n8192 sdpa_flash_bwd_d256_n8192
 #             fa2_fwd_d256_n8192 sdpa_flash_fwd_d256_n8192 fa2_fwd_d64_n512 sdpa_flash_fwd_d64_n512
-#             sdpa_cudnn_fwd_d128_n512
+#             sdpa_cudnn_fwd_d128_n512 fa3_d64_n512_causal sdpa_cudnn_fwd_d64_n512_causal
 #             sdpa_cudnn_fwd_d128_n8192   (default: all)
 # For each profile it writes <profile>.txt (the sections below, one launch after warm-up) and
 # <profile>_sass.csv.gz (per-instruction samples: where the warps stall).
@@ -60,10 +60,13 @@ PROFILES=(
   "sdpa_flash_fwd_d64_n512;flash_fwd_kernel;sdpa flash fwd 32 32 512 64"
   "sdpa_flash_fwd_d256_n8192;flash_fwd_kernel;sdpa flash both 2 8 8192 256"
   "sdpa_cudnn_fwd_d128_n512;cudnn|sdpa|fprop;sdpa cudnn fwd 32 16 512 128"
+  "fa3_d64_n512_causal;fa3_fwd_kernel;--algo fa3 --batch 32 --heads 32 --head-dim 64 --seqlen-q 512 --causal"
+  "sdpa_cudnn_fwd_d64_n512_causal;cudnn|sdpa|fprop;sdpa cudnn fwd 32 32 512 64 causal"
   "sdpa_cudnn_fwd_d128_n8192;cudnn|sdpa|fprop;sdpa cudnn fwd 2 16 8192 128"
 )
 
-# PyTorch SDPA (bf16, three calls) on: backend (flash|cudnn) direction (fwd|both) batch heads seqlen head_dim.
+# PyTorch SDPA (bf16, three calls) on: backend (flash|cudnn) direction (fwd|both) batch heads seqlen head_dim
+# [causal].
 SDPA_PY=$OUT/sdpa_once.py
 cat >"$SDPA_PY" <<'PY'
 import sys
@@ -73,12 +76,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[sys.argv[1]]
 grad = sys.argv[2] == "both"
 b, h, n, d = map(int, sys.argv[3:7])
+causal = len(sys.argv) > 7 and sys.argv[7] == "causal"
 torch.manual_seed(1)
 q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=grad) for _ in range(3))
 g = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
 with sdpa_kernel(backend):
     for _ in range(3):
-        out = F.scaled_dot_product_attention(q, k, v)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         if grad:
             out.backward(g)
 torch.cuda.synchronize()
