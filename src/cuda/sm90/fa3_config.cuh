@@ -17,7 +17,7 @@
 namespace flashattn::cuda::fa3 {
 
 template <int kHeadDim_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kWarpSpecialized_,
-          bool kPingPong_, bool kIntraOverlap_>
+          bool kPingPong_, bool kIntraOverlap_, bool kAblation_ = false>
 struct Fa3Config {
   static constexpr int kHeadDim = kHeadDim_;
   // Each consumer warpgroup owns 64 rows (one wgmma M) of the Q tile.
@@ -25,16 +25,19 @@ struct Fa3Config {
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  // Overlap switches (all on in the shipped kernel; the ablation benchmark turns each off).
+  // Overlap switches (the ablation benchmark turns each off; the shipped kernels have all on but ping-pong
+  // at head dim 64 on 128-row tiles, fa3_ping_pong in fa3_launch.cuh).
   static constexpr bool kWarpSpecialized = kWarpSpecialized_;  // producer warpgroup issues the TMA loads
   static constexpr bool kPingPong = kPingPong_ && kWarpSpecialized_;  // consumers take turns issuing GEMMs
   static constexpr bool kIntraOverlap = kIntraOverlap_;  // softmax of block j runs under P V of block j-1
+  // One of the ablation's variants (flashattn bench --ablation): the pipeline as measured there.
+  static constexpr bool kAblation = kAblation_;
 
-  // Q buffers: two where shared memory allows (head dims 64 and 128 of the full kernel), so that the next
+  // Q buffers: two where shared memory allows (head dims 64 and 128 of the shipped kernels), so that the next
   // tile's Q loads while this tile runs and its first Q K^T can be issued before this tile's epilogue, which
   // then runs under it (Consumer::run). Head dim 256 (a second 64 KB Q does not fit) and the ablation
   // variants keep one buffer and the epilogue right after the last P V.
-  static constexpr int kQBuffers = kWarpSpecialized && kPingPong && kIntraOverlap && kHeadDim != 256 ? 2 : 1;
+  static constexpr int kQBuffers = kWarpSpecialized && kIntraOverlap && !kAblation && kHeadDim != 256 ? 2 : 1;
   static constexpr bool kDeferEpilogue = kQBuffers == 2;
 
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)

@@ -45,9 +45,25 @@ inline int fa3_consumers(const detail::Problem& p) {
   return fa3_consumers(int(p.head_dim));
 }
 
+// K/V ring depth: four stages for head dim 64 on 192-row tiles, two elsewhere. Measured on the H200
+// (bench/results/h200-20261203-fa3-d64-short-causal/, forward sweep, 2 passes, four stages at head dim 64):
+// 192-row tiles non-causal +1.2, +1.7, +3.6, +1.9% at N 512-4096 (both passes above both of the base's),
+// -0.3..+0.3% beyond and causal; the 128-row tiles -1.3% and -0.9%, so they keep two. (Kernels the
+// change did not touch moved -2.2..+1.3% in that call.)
+constexpr int fa3_stages(int head_dim, int consumers) { return head_dim == 64 && consumers == 3 ? 4 : 2; }
+
+// Ping-pong between the consumers everywhere but on the 128-row tiles of head dim 64 (short causal
+// problems: one to eight key blocks per tile), where each consumer issues its GEMMs as soon as its operands
+// are there instead of waiting for the other's turn. Measured on the H200 (same call as above): +5.6% at
+// N 512 and +3.9% at N 1024 (causal; the sweep's two shapes on those tiles), both passes. The ablation
+// shape (head dim 128, N 8448, 66 blocks per tile) runs as fast without ping-pong as with it, but there
+// the variant also has one Q buffer; head dim 128 keeps it.
+constexpr bool fa3_ping_pong(int head_dim, int consumers) { return !(head_dim == 64 && consumers == 2); }
+
 template <int kHeadDim, bool kWs = true, bool kPing = true, bool kOverlap = true,
-          int kConsumers = fa3_consumers(kHeadDim)>
-using ConfigFor = Fa3Config<kHeadDim, kConsumers, fa3_block_n(kHeadDim), 2, kWs, kPing, kOverlap>;
+          int kConsumers = fa3_consumers(kHeadDim), bool kAblation = false>
+using ConfigFor = Fa3Config<kHeadDim, kConsumers, fa3_block_n(kHeadDim), fa3_stages(kHeadDim, kConsumers), kWs,
+                            kPing && fa3_ping_pong(kHeadDim, kConsumers), kOverlap, kAblation>;
 
 inline bool has_masked_blocks(const detail::Problem& p) {
   return p.causal || p.window_left >= 0 || p.window_right >= 0;
@@ -93,10 +109,11 @@ Status launch_variant(const detail::Problem& prob, const Context& ctx, Fa3Varian
   switch (variant) {
     case Fa3Variant::kFull: return launch_full<kHeadDim, T>(prob, ctx);
     case Fa3Variant::kNoWarpSpecialization:
-      return launch_config<ConfigFor<kHeadDim, false, false, true>, T>(prob, ctx);
-    case Fa3Variant::kNoPingPong: return launch_config<ConfigFor<kHeadDim, true, false, true>, T>(prob, ctx);
+      return launch_config<ConfigFor<kHeadDim, false, false, true, fa3_consumers(kHeadDim), true>, T>(prob, ctx);
+    case Fa3Variant::kNoPingPong:
+      return launch_config<ConfigFor<kHeadDim, true, false, true, fa3_consumers(kHeadDim), true>, T>(prob, ctx);
     case Fa3Variant::kNoIntraWarpgroupOverlap:
-      return launch_config<ConfigFor<kHeadDim, true, true, false>, T>(prob, ctx);
+      return launch_config<ConfigFor<kHeadDim, true, true, false, fa3_consumers(kHeadDim), true>, T>(prob, ctx);
   }
   return Status::Invalid("algorithm fa3: unknown kernel variant");
 }
