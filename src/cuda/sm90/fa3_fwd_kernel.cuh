@@ -704,7 +704,7 @@ struct Consumer {
       // Measured (H200, bench/results/h200-20261202-shortn-ab/): the unmasked form gains up to 6% at head dim
       // 64 and, with 128-key blocks, 3-6% at head dim 128 for N <= 4096; at head dim 256 the kernel with both
       // forms ran 1-5% slower at every N >= 1024, so it keeps the one masked form, as do the ablation
-      // variants (a second form spills them): the kernels with two Q buffers.
+      // variants (a second form spills them). So the two forms go with the two Q buffers (kQBuffers).
       constexpr bool kTwoFirstForms = Cfg::kQBuffers == 2;
       if (kTwoFirstForms && vis_hi == w.n_last && vis_lo < vis_hi)
         first_block<false>(st, sp, w, base, pending, prev);

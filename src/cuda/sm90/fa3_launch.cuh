@@ -55,9 +55,9 @@ constexpr int fa3_stages(int head_dim, int consumers) { return head_dim == 64 &&
 // Ping-pong between the consumers everywhere but on the 128-row tiles of head dim 64 (short causal
 // problems: one to eight key blocks per tile), where each consumer issues its GEMMs as soon as its operands
 // are there instead of waiting for the other's turn. Measured on the H200 (same call as above): +5.6% at
-// N 512 and +3.9% at N 1024 (causal; the sweep's two shapes on those tiles), both passes. The ablation
-// shape (head dim 128, N 8448, 66 blocks per tile) runs as fast without ping-pong as with it, but there
-// the variant also has one Q buffer; head dim 128 keeps it.
+// N 512 and +3.9% at N 1024 (causal; the sweep's two shapes on those tiles), both passes. Without ping-pong
+// at every head dim (a second call, ab2.json there): 0.988x over the sweep, head dim 64 on 192-row tiles
+// -1.2..-5.2%, 128 -3.1..+2.7%, 256 -1.8..+3.1%; the other kernels keep it.
 constexpr bool fa3_ping_pong(int head_dim, int consumers) { return !(head_dim == 64 && consumers == 2); }
 
 template <int kHeadDim, bool kWs = true, bool kPing = true, bool kOverlap = true,
