@@ -18,7 +18,9 @@
 # FLASHATTN_SANITIZER_FILTER, FLASHATTN_RACECHECK_FILTER, FLASHATTN_FA3_SANITIZER_FILTER (fa3 tests run
 # under both tools),
 # FLASHATTN_COMMIT (recorded in the results; taken from git when unset, with "+dirty" appended when the
-# tracked files differ from that commit: set it where the checkout's git metadata may not match the tree),
+# tracked files differ from that commit: set it where the checkout's git metadata may not match the tree, to
+# the commit itself, not to what git says there; the summary's first line also gives the sources' digest,
+# scripts/source_digest.sh, which any checkout of the commit reproduces),
 # FLASHATTN_CHECK_BUDGET_S (seconds the whole check may take, 0 = no limit: the steps after the tests, i.e.
 # sanitizers, benchmark, interleaved and decode, are skipped with a "skipped" row when the time left is
 # below what they usually take on an H200; use it where the call is killed at a fixed limit).
@@ -68,6 +70,8 @@ if [ -z "${FLASHATTN_COMMIT:-}" ] && git -C "$ROOT" rev-parse HEAD >/dev/null 2>
   git -C "$ROOT" diff --quiet HEAD -- 2>/dev/null || FLASHATTN_COMMIT=$FLASHATTN_COMMIT+dirty
 fi
 export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-unknown}
+# The sources' digest (scripts/source_digest.sh): ties the results to a tree whatever the git metadata says.
+SOURCE_DIGEST=$(bash "$ROOT/scripts/source_digest.sh" "$ROOT" 2>/dev/null || echo unknown)
 
 BUILD_LOG=$OUT/build.log TESTS_LOG=$OUT/tests.log SAN_LOG=$OUT/sanitizer.log
 SASS=$OUT/sass_summary.txt BENCH_JSON=$OUT/bench.json SUMMARY=$OUT/summary.txt
@@ -77,7 +81,8 @@ case $BUDGET in ''|*[!0-9]*) echo "gpu_check: FLASHATTN_CHECK_BUDGET_S must be a
 declare -a ROWS=()
 write_summary() {
   {
-    echo "gpu_check: $GPU_NAME; commit $FLASHATTN_COMMIT; archs $ARCHS; $(date -u +%Y-%m-%dT%H:%M:%SZ);" \
+    echo "gpu_check: $GPU_NAME; commit $FLASHATTN_COMMIT; sources $SOURCE_DIGEST; archs $ARCHS;" \
+         "$(date -u +%Y-%m-%dT%H:%M:%SZ);" \
          "total $(elapsed "$START")${1:+; $1}"
     printf '%-20s %-8s %s\n' step status detail
     printf '%s\n' "${ROWS[@]}"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# A digest of the sources a build and its tests read (CMakeLists.txt, cmake/, include/, src/, tools/,
+# python/, tests/, bench/*.py, scripts/), independent of git metadata. scripts/gpu_check.sh records it in
+# its summary, so a results folder can be tied to a commit after the fact:
+#   d=$(mktemp -d) && git archive COMMIT | tar -x -C "$d" && bash scripts/source_digest.sh "$d"
+# prints the same digest for the same sources (what .gitignore leaves out of those folders is left out here).
+# Usage: bash scripts/source_digest.sh [TREE]   (default: this checkout)
+set -euo pipefail
+TREE=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+cd "$TREE"
+{
+  find CMakeLists.txt cmake include src tools python tests scripts -type f \
+       -not -path '*/__pycache__/*' -not -name '*.pyc' -not -path '*.egg-info/*' -not -path '*/.pytest_cache/*' \
+       2>/dev/null
+  find bench -maxdepth 1 -type f -name '*.py' 2>/dev/null
+} | LC_ALL=C sort | while IFS= read -r f; do printf '%s  %s\n' "$(sha256sum <"$f" | cut -c1-64)" "$f"; done |
+  sha256sum | cut -c1-16
