@@ -8,10 +8,11 @@
 set -euo pipefail
 TREE=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 cd "$TREE"
+paths=()
+for p in CMakeLists.txt cmake include src tools python tests scripts; do [ -e "$p" ] && paths+=("$p"); done
 {
-  find CMakeLists.txt cmake include src tools python tests scripts -type f \
-       -not -path '*/__pycache__/*' -not -name '*.pyc' -not -path '*.egg-info/*' -not -path '*/.pytest_cache/*' \
-       2>/dev/null
-  find bench -maxdepth 1 -type f -name '*.py' 2>/dev/null
+  [ ${#paths[@]} -eq 0 ] || find "${paths[@]}" -type f -not -path '*/__pycache__/*' -not -name '*.pyc' \
+                                 -not -path '*.egg-info/*' -not -path '*/.pytest_cache/*'
+  [ ! -d bench ] || find bench -maxdepth 1 -type f -name '*.py'
 } | LC_ALL=C sort | while IFS= read -r f; do printf '%s  %s\n' "$(sha256sum <"$f" | cut -c1-64)" "$f"; done |
   sha256sum | cut -c1-16

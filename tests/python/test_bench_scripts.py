@@ -409,3 +409,36 @@ def test_sass_counts_name_each_kernels_own_architecture(tmp_path):
         ["sm_90a", "0", "2", "_Z9fa3_stubv"],
         ["sm_90a", "1", "0", "_Z10fa2_kernelv"],
     ]
+
+
+def _digest(tree):
+    return subprocess.run(["bash", os.path.join(SCRIPTS, "source_digest.sh"), str(tree)],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_source_digest_follows_the_sources_and_ignores_build_leftovers(tmp_path):
+    # Two copies of the same sources give one digest; a changed source changes it; caches and egg-info that
+    # .gitignore leaves out do not count, nor does anything outside the listed folders.
+    for name in ("a", "b"):
+        tree = tmp_path / name
+        (tree / "src" / "core").mkdir(parents=True)
+        (tree / "src" / "core" / "x.cpp").write_text("int x = 1;\n")
+        (tree / "CMakeLists.txt").write_text("project(x)\n")
+        (tree / "bench").mkdir()
+        (tree / "bench" / "peers.py").write_text("print(1)\n")
+    base = _digest(tmp_path / "a")
+    assert len(base) == 16 and base == _digest(tmp_path / "b")
+    b = tmp_path / "b"
+    (b / "src" / "core" / "__pycache__").mkdir()
+    (b / "src" / "core" / "__pycache__" / "x.pyc").write_text("cache")
+    (b / "python.egg-info").mkdir()
+    (b / "build-gpu").mkdir()
+    (b / "build-gpu" / "libx.so").write_text("binary")
+    (b / "bench" / "results").mkdir()
+    (b / "bench" / "results" / "r.json").write_text("{}")
+    assert _digest(b) == base
+    (b / "src" / "core" / "x.cpp").write_text("int x = 2;\n")
+    assert _digest(b) != base
+    (b / "src" / "core" / "x.cpp").write_text("int x = 1;\n")
+    (b / "src" / "core" / "y.h").write_text("")
+    assert _digest(b) != base
