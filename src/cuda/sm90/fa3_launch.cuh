@@ -65,6 +65,10 @@ template <int kHeadDim, bool kWs = true, bool kPing = true, bool kOverlap = true
 using ConfigFor = Fa3Config<kHeadDim, kConsumers, fa3_block_n(kHeadDim), fa3_stages(kHeadDim, kConsumers), kWs,
                             kPing && fa3_ping_pong(kHeadDim, kConsumers), kOverlap, kAblation>;
 
+// One of the ablation's variants (Fa3Config::kAblation): the head dim's own tile shape.
+template <int kHeadDim, bool kWs, bool kPing, bool kOverlap>
+using AblationConfigFor = ConfigFor<kHeadDim, kWs, kPing, kOverlap, fa3_consumers(kHeadDim), /*kAblation=*/true>;
+
 inline bool has_masked_blocks(const detail::Problem& p) {
   return p.causal || p.window_left >= 0 || p.window_right >= 0;
 }
@@ -109,11 +113,10 @@ Status launch_variant(const detail::Problem& prob, const Context& ctx, Fa3Varian
   switch (variant) {
     case Fa3Variant::kFull: return launch_full<kHeadDim, T>(prob, ctx);
     case Fa3Variant::kNoWarpSpecialization:
-      return launch_config<ConfigFor<kHeadDim, false, false, true, fa3_consumers(kHeadDim), true>, T>(prob, ctx);
-    case Fa3Variant::kNoPingPong:
-      return launch_config<ConfigFor<kHeadDim, true, false, true, fa3_consumers(kHeadDim), true>, T>(prob, ctx);
+      return launch_config<AblationConfigFor<kHeadDim, false, false, true>, T>(prob, ctx);
+    case Fa3Variant::kNoPingPong: return launch_config<AblationConfigFor<kHeadDim, true, false, true>, T>(prob, ctx);
     case Fa3Variant::kNoIntraWarpgroupOverlap:
-      return launch_config<ConfigFor<kHeadDim, true, true, false, fa3_consumers(kHeadDim), true>, T>(prob, ctx);
+      return launch_config<AblationConfigFor<kHeadDim, true, true, false>, T>(prob, ctx);
   }
   return Status::Invalid("algorithm fa3: unknown kernel variant");
 }
