@@ -2,12 +2,7 @@
 # Nsight Compute reports of the main kernels, one problem each, through the CLI (`flashattn run`).
 #
 # Usage: bash scripts/ncu_profile.sh [results-dir] [profile ...]
-#   profiles: fa3_d128_n8192 fa3_d128_n512 fa3_d64_n8192 fa3_d256_n8192 fa3_d128_n8192_causal
-#             decode_b1_32k decode_b64_4k fa2_bwd_d64_n8192 fa2_bwd_d128_n8192 fa2_bwd_d256_n8192
-#             sdpa_flash_bwd_d64_n8192 sdpa_flash_bwd_d128_n8192 sdpa_flash_bwd_d256_n8192
-#             fa2_fwd_d256_n8192 sdpa_flash_fwd_d256_n8192 fa2_fwd_d64_n512 sdpa_flash_fwd_d64_n512
-#             sdpa_cudnn_fwd_d128_n512 fa3_d64_n512_causal sdpa_cudnn_fwd_d64_n512_causal
-#             sdpa_cudnn_fwd_d128_n8192   (default: all)
+#   profiles: the names in PROFILES below (default: all)
 # For each profile it writes <profile>.txt (the sections below, one launch after warm-up) and
 # <profile>_sass.csv.gz (per-instruction samples: where the warps stall).
 # sdpa_flash_* profiles PyTorch's flash backend (the peer of fa2), sdpa_cudnn_* its cuDNN backend (the peer

@@ -14,5 +14,4 @@ for p in CMakeLists.txt cmake include src tools python tests scripts; do [ -e "$
   [ ${#paths[@]} -eq 0 ] || find "${paths[@]}" -type f -not -path '*/__pycache__/*' -not -name '*.pyc' \
                                  -not -path '*.egg-info/*' -not -path '*/.pytest_cache/*'
   [ ! -d bench ] || find bench -maxdepth 1 -type f -name '*.py'
-} | LC_ALL=C sort | while IFS= read -r f; do printf '%s  %s\n' "$(sha256sum <"$f" | cut -c1-64)" "$f"; done |
-  sha256sum | cut -c1-16
+} | LC_ALL=C sort | tr '\n' '\0' | xargs -0 -r sha256sum | sha256sum | cut -c1-16
