@@ -99,6 +99,12 @@ struct FwdConfig {
   // (bench/results/h200-20261203-fa2-fwd-cond-rescale/): head dim 64 -0.6..+5.1%, 128 +2.3..+6.0%, 256
   // -3.4..+0.7% (slower on every non-causal shape). Head dims up to 128; above, every block rescales.
   static constexpr bool kConditionalRescale = kHeadDim_ <= 128;
+  // The skewed KV loop (fa2_fwd_kernel.cuh, skew_block): P V of block n + 1 issued beside the exponentials of
+  // block n. It holds one more P (kMTiles * kNTiles * 2 registers) across the loop, which fits at head
+  // dim 64 (two 16-row slices per warp, double buffers); at 96 and 128 it would spill. Measured on the H200
+  // (bench/results/h200-20261203-fa2-fwd-skewed-pv/): head dim 64 +1.0..+2.6% from N 1024 (-3.4% at N 512
+  // causal); a single-buffered form at head dim 256 lost 1.0..4.3% on every shape and was not kept.
+  static constexpr bool kSkewPv = kHeadDim_ <= 64 && kStages_ == 2;
 
   static constexpr int kThreads = kWarps * kWarpSize;
   static constexpr int kRowsPerWarp = kBlockM / kWarps;

@@ -9,6 +9,8 @@
 // stays unnormalized until the epilogue (deferred normalization).
 #pragma once
 
+#include <type_traits>
+
 #include "core/mask.h"
 #include "core/numeric.h"
 #include "core/softmax_online.h"
@@ -65,28 +67,21 @@ struct WarpState {
   float row_sum[Cfg::kMTiles][2];           // this thread's part of the running sum (quad-reduced at the end)
 };
 
-// One KV block: S = Q K^T, after_qk(), online softmax, O += P V. kMasked applies the per-element mask
-// (blocks that cross a mask boundary or the end of the keys); fully visible blocks skip it. after_qk is
-// where the single-buffered pipeline waits for V and starts the next K, which then loads under the softmax
-// and P V (CTA-wide: every thread calls it).
-template <bool kMasked, bool kSoftcap, typename Cfg, typename T, typename AfterQk>
-__device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParams& p, const T* sQ_warp,
-                                             const T* sK, const T* sV, int lane, int len_q, int len_k,
-                                             int first_row, int first_key, AfterQk&& after_qk) {
-  const int g = lane / 4, t = lane % 4;
-  // ldmatrix row addresses (see ptx_sm80.cuh for the fragment layouts), as (lane's row, lane's chunk):
-  //   Q (A operand): matrices {rows 0-7, 8-15} x {cols 0-7, 8-15}, in a0..a3 order.
-  //   K (B operand, keys are the n dim): {keys 0-7: d 0-7, d 8-15}, {keys 8-15: d 0-7, d 8-15}, so that
-  //     each n8 fragment is a register pair of the load ({kb0, kb1}, {kb2, kb3}), as mma wants it.
-  //   V (B operand through .trans, keys are the k dim): {d 0-7: keys 0-7, 8-15}, {d 8-15: keys 0-7, 8-15}.
-  // (With swizzled rows K once read V's lane mapping to share its lane offset; its fragments were then
-  // {kb0, kb2} and {kb1, kb3}, and the compiler paired them with two moves per fragment, about 200 per
-  // block at head dim 256.)
-  const int q_row = lane % 16, q_col = (lane / 16) * 8;  // Q's rows are always padded
-  const LaneRows<typename Cfg::KvRows> v_lane(lane % 16, lane / 16);
-  const LaneRows<typename Cfg::KvRows> k_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+// ldmatrix row addresses (see ptx_sm80.cuh for the fragment layouts), as (lane's row, lane's chunk):
+//   Q (A operand): matrices {rows 0-7, 8-15} x {cols 0-7, 8-15}, in a0..a3 order.
+//   K (B operand, keys are the n dim): {keys 0-7: d 0-7, d 8-15}, {keys 8-15: d 0-7, d 8-15}, so that
+//     each n8 fragment is a register pair of the load ({kb0, kb1}, {kb2, kb3}), as mma wants it.
+//   V (B operand through .trans, keys are the k dim): {d 0-7: keys 0-7, 8-15}, {d 8-15: keys 0-7, 8-15}.
+// (With swizzled rows K once read V's lane mapping to share its lane offset; its fragments were then
+// {kb0, kb2} and {kb1, kb3}, and the compiler paired them with two moves per fragment, about 200 per
+// block at head dim 256.)
 
-  float s[Cfg::kMTiles][Cfg::kNTiles][4];
+// S = Q K^T of one block, into s.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void block_qk(float (&s)[Cfg::kMTiles][Cfg::kNTiles][4], const T* sQ_warp, const T* sK,
+                                         int lane) {
+  const int q_row = lane % 16, q_col = (lane / 16) * 8;  // Q's rows are always padded
+  const LaneRows<typename Cfg::KvRows> k_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMTiles; ++mt)
 #pragma unroll
@@ -113,11 +108,16 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
       }
     }
   }
+}
 
-  after_qk();
+// The scores of a block (scale_scores), the per-element mask applied as -inf (kMasked), and each row's
+// block maximum in log2 units.
+template <bool kMasked, bool kSoftcap, typename Cfg>
+__device__ __forceinline__ void block_max(float (&s)[Cfg::kMTiles][Cfg::kNTiles][4],
+                                          float (&tile_max)[Cfg::kMTiles][2], const AttnParams& p, int lane,
+                                          int len_q, int len_k, int first_row, int first_key) {
+  const int g = lane / 4, t = lane % 4;
   scale_scores<kSoftcap>(s, p);
-  // Block maxima (log2 units) of this thread's rows, the masked scores set to -inf.
-  float tile_max[Cfg::kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
 #pragma unroll
@@ -152,12 +152,13 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
       tile_max[mt][half] = quad_max(m) * p.score_mult;  // the max commutes with the positive factor
     }
   }
-  // FA4's conditional rescale: the rows keep their stored max, and O and the sums their scale, unless some
-  // row of the warp sees its max grow by more than core::kRescaleThresholdLog2 (the first visible block
-  // always does: the stored max is -inf). Meanwhile probabilities reach at most 2^8, which the 16-bit P and
-  // the fp32 sums hold exactly as well as values up to 1; the final O / l and LSE = max + log2(l) use the
-  // stored max either way.
-  // Above kConditionalRescale's head dims every block rescales.
+}
+
+// FA4's conditional rescale: whether some row of the warp sees its max grow by more than
+// core::kRescaleThresholdLog2 (always true above kConditionalRescale's head dims). See attend_block.
+template <typename Cfg>
+__device__ __forceinline__ bool block_needs_rescale(const WarpState<Cfg>& st,
+                                                    const float (&tile_max)[Cfg::kMTiles][2]) {
   bool rescale = true;
   if constexpr (Cfg::kConditionalRescale) {
     bool grow = false;
@@ -168,26 +169,14 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
         grow |= tile_max[mt][half] - st.row_max[mt][half] > core::kRescaleThresholdLog2;
     rescale = __any_sync(0xffffffffu, grow);
   }
-  if (rescale) {
-#pragma unroll
-    for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float new_max = fmaxf(st.row_max[mt][half], tile_max[mt][half]);
-        // -inf - -inf is NaN: a row that has seen only masked keys keeps factor 1 (its O and sum are 0).
-        const float factor = new_max == core::kNegInf ? 1.0f : fast_exp2(st.row_max[mt][half] - new_max);
-        st.row_max[mt][half] = new_max;
-        st.row_sum[mt][half] *= factor;
-#pragma unroll
-        for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
-          st.o[mt][dt][2 * half] *= factor;
-          st.o[mt][dt][2 * half + 1] *= factor;
-        }
-      }
-    }
-  }
+  return rescale;
+}
 
-  uint32_t p16[Cfg::kMTiles][Cfg::kNTiles][2];  // P as packed 16-bit pairs: [slice][n8 tile][row half]
+// P of a block as packed 16-bit pairs ([slice][n8 tile][row half]) from its scores and the rows' stored
+// maxima; the fp32 probabilities added to the row sums.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void block_probs(WarpState<Cfg>& st, const float (&s)[Cfg::kMTiles][Cfg::kNTiles][4],
+                                            uint32_t (&p16)[Cfg::kMTiles][Cfg::kNTiles][2], const AttnParams& p) {
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
 #pragma unroll
@@ -208,10 +197,15 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
       st.row_sum[mt][half] += tile_sum;
     }
   }
+}
 
-  // O += P V. The C fragment of S tiles 2kk and 2kk+1 is exactly the A fragment of P for keys
-  // [16kk, 16kk + 16) (a0 = row g of tile 2kk, a1 = row g+8 of tile 2kk, a2/a3 the same of tile 2kk+1),
-  // so P goes to the tensor cores without touching shared memory.
+// O += P V. The C fragment of S tiles 2kk and 2kk+1 is exactly the A fragment of P for keys
+// [16kk, 16kk + 16) (a0 = row g of tile 2kk, a1 = row g+8 of tile 2kk, a2/a3 the same of tile 2kk+1),
+// so P goes to the tensor cores without touching shared memory. kFence: see below.
+template <bool kFence, typename Cfg, typename T>
+__device__ __forceinline__ void block_pv(WarpState<Cfg>& st, const uint32_t (&p16)[Cfg::kMTiles][Cfg::kNTiles][2],
+                                         const T* sV, int lane) {
+  const LaneRows<typename Cfg::KvRows> v_lane(lane % 16, lane / 16);
 #pragma unroll
   for (int kk = 0; kk < Cfg::kPvSteps; ++kk) {
     uint32_t a[Cfg::kMTiles][4];
@@ -222,7 +216,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
       a[mt][2] = p16[mt][2 * kk + 1][0];
       a[mt][3] = p16[mt][2 * kk + 1][1];
     }
-    if (kk == 0) {
+    if (kFence && kk == 0) {
       // Scheduling fence: the first P V mma of every slice depends on all row sums (the select never
       // fires, sums are >= 0). Without it ptxas starts P V early and defers the sum's FADDs, keeping
       // every fp32 probability live next to the accumulators, which spills the hd128 kernel.
@@ -244,6 +238,88 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
         mma_16816<T>(st.o[mt][2 * dp + 1], a[mt], b_hi);
       }
     }
+  }
+}
+
+// One KV block: S = Q K^T, after_qk(), online softmax, O += P V. kMasked applies the per-element mask
+// (blocks that cross a mask boundary or the end of the keys); fully visible blocks skip it. after_qk is
+// where the single-buffered pipeline waits for V and starts the next K, which then loads under the softmax
+// and P V (CTA-wide: every thread calls it).
+template <bool kMasked, bool kSoftcap, typename Cfg, typename T, typename AfterQk>
+__device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParams& p, const T* sQ_warp,
+                                             const T* sK, const T* sV, int lane, int len_q, int len_k,
+                                             int first_row, int first_key, AfterQk&& after_qk) {
+  float s[Cfg::kMTiles][Cfg::kNTiles][4];
+  block_qk<Cfg>(s, sQ_warp, sK, lane);
+  after_qk();
+  float tile_max[Cfg::kMTiles][2];
+  block_max<kMasked, kSoftcap, Cfg>(s, tile_max, p, lane, len_q, len_k, first_row, first_key);
+  // FA4's conditional rescale: the rows keep their stored max, and O and the sums their scale, unless some
+  // row of the warp sees its max grow by more than core::kRescaleThresholdLog2 (the first visible block
+  // always does: the stored max is -inf). Meanwhile probabilities reach at most 2^8, which the 16-bit P and
+  // the fp32 sums hold exactly as well as values up to 1; the final O / l and LSE = max + log2(l) use the
+  // stored max either way.
+  // Above kConditionalRescale's head dims every block rescales.
+  if (block_needs_rescale<Cfg>(st, tile_max)) {
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float new_max = fmaxf(st.row_max[mt][half], tile_max[mt][half]);
+        // -inf - -inf is NaN: a row that has seen only masked keys keeps factor 1 (its O and sum are 0).
+        const float factor = new_max == core::kNegInf ? 1.0f : fast_exp2(st.row_max[mt][half] - new_max);
+        st.row_max[mt][half] = new_max;
+        st.row_sum[mt][half] *= factor;
+#pragma unroll
+        for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
+          st.o[mt][dt][2 * half] *= factor;
+          st.o[mt][dt][2 * half + 1] *= factor;
+        }
+      }
+    }
+  }
+  uint32_t p16[Cfg::kMTiles][Cfg::kNTiles][2];
+  block_probs<Cfg, T>(st, s, p16, p);
+  block_pv</*kFence=*/true, Cfg, T>(st, p16, sV, lane);
+}
+
+// One step of the skewed loop (FwdConfig::kSkewPv): S of block n and its row statistics, then P V of the
+// block before it (kPv; its P in p16, its V in sV_prev) beside the exponentials of block n, then O
+// rescaled, and p16 holds block n's P for the next step. The P V and the exponentials depend on nothing
+// of each other, so the tensor-core and the MUFU/FMA work of one warp interleave in one basic block.
+// O before the P V is at the previous maxima, as that block's P is; it is rescaled once the P V is in.
+template <bool kMasked, bool kPv, bool kSoftcap, typename Cfg, typename T>
+__device__ __forceinline__ void skew_block(WarpState<Cfg>& st, uint32_t (&p16)[Cfg::kMTiles][Cfg::kNTiles][2],
+                                           const AttnParams& p, const T* sQ_warp, const T* sK, const T* sV_prev,
+                                           int lane, int len_q, int len_k, int first_row, int first_key) {
+  float s[Cfg::kMTiles][Cfg::kNTiles][4];
+  block_qk<Cfg>(s, sQ_warp, sK, lane);
+  float tile_max[Cfg::kMTiles][2];
+  block_max<kMasked, kSoftcap, Cfg>(s, tile_max, p, lane, len_q, len_k, first_row, first_key);
+  const bool rescale = block_needs_rescale<Cfg>(st, tile_max);
+  // New maxima by selects (no branch before the P V): unchanged rows get factor exp2(0) = 1.
+  float factor[Cfg::kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float old_max = st.row_max[mt][half];
+      const float new_max = rescale ? fmaxf(old_max, tile_max[mt][half]) : old_max;
+      // -inf - -inf is NaN: a row that has seen only masked keys keeps factor 1 (its O and sum are 0).
+      factor[mt][half] = new_max == core::kNegInf ? 1.0f : fast_exp2(old_max - new_max);
+      st.row_max[mt][half] = new_max;
+      st.row_sum[mt][half] *= factor[mt][half];
+    }
+  }
+  if constexpr (kPv) block_pv</*kFence=*/false, Cfg, T>(st, p16, sV_prev, lane);
+  block_probs<Cfg, T>(st, s, p16, p);
+  if (rescale) {
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st.o[mt][dt][e] *= factor[mt][e / 2];
   }
 }
 
@@ -349,7 +425,46 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
     TileLoader<Cfg::kBlockM, Cfg::kHeadDim, kQStride, Cfg::kThreads>(tid).load(sQ, q_tile, int(p.q.row_stride),
                                                                             row_end - row_begin, p.head_dim);
     const int n_first = int(range.first);
-    if constexpr (Cfg::kStages == 2) {
+    if constexpr (Cfg::kSkewPv && Cfg::kStages == 2) {
+      // Skewed loop: step n computes S of block n and P V of block n + 1 (skew_block). The ring holds K
+      // one block ahead of V: the group that lands for step n carries K of block n and V of block n + 1,
+      // in buffers `stage` and `stage ^ 1`; the step then loads K of block n - 1 into the other K buffer
+      // (block n + 1's, whose S every warp has finished: the barrier) and V of block n into V buffer
+      // `stage` (block n + 2's, whose P V every warp has finished).
+      const T* sQ_warp = sQ + warp_row * kQStride;
+      const int row0 = row_begin + warp_row;
+      uint32_t p16[Cfg::kMTiles][Cfg::kNTiles][2];  // P of the block whose P V is next
+      int n_block = int(range.last) - 1;
+      int stage = 0;
+      load_k(k_seq, n_block, 0);
+      cp_async_commit();
+      auto step = [&](auto pv) {
+        constexpr bool kPv = decltype(pv)::value;
+        cp_async_wait<0>();
+        __syncthreads();
+        if (n_block > n_first) load_k(uni.k_seq, n_block - 1, stage ^ 1);
+        load_v(uni.v_seq, n_block, stage);
+        cp_async_commit();
+        const T* sK_stage = sK + stage * Cfg::kKvElems;
+        const T* sV_prev = sV + (stage ^ 1) * Cfg::kKvElems;
+        const int key0 = n_block * Cfg::kBlockN;
+        if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
+          skew_block</*kMasked=*/false, kPv, kSoftcap>(st, p16, p, sQ_warp, sK_stage, sV_prev, lane, len_q, len_k,
+                                                       row0, key0);
+        else
+          skew_block</*kMasked=*/true, kPv, kSoftcap>(st, p16, p, sQ_warp, sK_stage, sV_prev, lane, len_q, len_k,
+                                                      row0, key0);
+      };
+      step(std::false_type{});  // the tile's first block: no P V before it
+      for (--n_block; n_block >= n_first; --n_block) {
+        stage ^= 1;
+        step(std::true_type{});
+      }
+      // The last block's P V.
+      cp_async_wait<0>();
+      __syncthreads();
+      block_pv</*kFence=*/false, Cfg, T>(st, p16, sV + stage * Cfg::kKvElems, lane);
+    } else if constexpr (Cfg::kStages == 2) {
       int stage = 0;
       load_k(k_seq, int(range.last) - 1, stage);
       load_v(v_seq, int(range.last) - 1, stage);
