@@ -64,20 +64,20 @@ def test_timer_warms_up_by_count_without_a_time():
 
 
 def test_timer_warms_up_until_the_time_has_passed():
-    torch, calls = FakeTorch(), []
+    torch, ends = FakeTorch(), []
     call_ms = 2.0
 
     def call():
         time.sleep(call_ms / 1e3)
-        calls.append(1)
+        ends.append(time.perf_counter())
 
     begin = time.perf_counter()
     ms = peers_sdpa.Timer(torch, warmup=1, repeat=3, warmup_ms=40.0).median_ms(call)
-    total_ms = (time.perf_counter() - begin) * 1e3
-    warmup_calls = len(calls) - 3
-    # At least 40 ms of untimed calls, queued in batches rather than one sync per call.
-    assert warmup_calls * call_ms >= 40.0 * 0.9
-    assert total_ms >= 40.0
+    warmup_calls = len(ends) - 3
+    # At least 40 ms of untimed calls (by the clock: a sleep may last longer than asked), queued in batches
+    # rather than one sync per call.
+    assert warmup_calls >= 1
+    assert (ends[warmup_calls - 1] - begin) * 1e3 >= 40.0
     assert torch.cuda.syncs < warmup_calls
     # The timed calls are measured one by one: about call_ms each.
     assert call_ms * 0.9 <= ms <= call_ms * 20
