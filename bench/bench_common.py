@@ -33,6 +33,12 @@ def head_commit():
     return None
 
 
+def run_commit():
+    """The commit a result records: $FLASHATTN_COMMIT first (gpu_check.sh sets it where the checkout's git
+    metadata may not match the tree), else `git rev-parse HEAD`, else None."""
+    return os.environ.get("FLASHATTN_COMMIT") or head_commit()
+
+
 def utc_date():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 

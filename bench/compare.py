@@ -18,7 +18,7 @@ import json
 import os
 import sys
 
-from bench_common import head_commit, utc_date, write_json
+from bench_common import run_commit, utc_date, write_json
 
 OUR_ALGOS = ("fa3", "fa2", "fa1", "standard")
 PEERS = ("flash", "cudnn")
@@ -39,8 +39,7 @@ def load(path):
 
 
 def commit(ours):
-    # $FLASHATTN_COMMIT first: gpu_check.sh sets it where the checkout's git metadata may not match the tree.
-    return os.environ.get("FLASHATTN_COMMIT") or head_commit() or ours.get("commit") or "unknown"
+    return run_commit() or ours.get("commit") or "unknown"
 
 
 def key(row):

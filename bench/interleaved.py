@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from bench_common import (HEAD_DIMS, HIDDEN, SEQLENS, TOKENS, head_commit, parse_shapes, queued_event_times,
+from bench_common import (HEAD_DIMS, HIDDEN, SEQLENS, TOKENS, parse_shapes, queued_event_times, run_commit,
                           sdpa_backend_kinds, torch_and_flashattn, uniform, utc_date, write_json)
 
 QUICK_SHAPES = "64:512:0,64:512:1,128:512:0,128:512:1,256:512:0,128:2048:0,128:8192:0,64:8192:1"
@@ -153,7 +153,7 @@ def main(argv):
         gm = statistics.geometric_mean(r["ratio"] for r in rows)
         print(f"geometric mean of {algo} / {peer}: {gm:.3f} over {len(rows)} shapes", flush=True)
     if args.json:
-        write_json(args.json, {"benchmark": "interleaved", "commit": head_commit(), "date": utc_date(),
+        write_json(args.json, {"benchmark": "interleaved", "commit": run_commit(), "date": utc_date(),
                                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                                "cudnn": torch.backends.cudnn.version(), "direction": args.dir, "algo": algo,
                                "peer": peer, "mode": args.mode, "warmup_ms": args.warmup_ms, "rounds": args.rounds,

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import (HIDDEN, TOKENS, head_commit, parse_shapes, queued_event_times, torch_and_flashattn, utc_date,
+from bench_common import (HIDDEN, TOKENS, parse_shapes, queued_event_times, run_commit, torch_and_flashattn, utc_date,
                           write_json)
 
 
@@ -155,7 +155,7 @@ def main(argv):
                   f"{r['kernel_us']:8.2f} us x{r['kernels_per_call']}, gap {r['gap_us']:.2f} (max {r['gap_max_us']:.2f}),"
                   f" host {r['host_us_per_call']:.2f} us per call", flush=True)
     if args.json:
-        write_json(args.json, {"benchmark": "launch_gaps", "commit": head_commit(), "date": utc_date(),
+        write_json(args.json, {"benchmark": "launch_gaps", "commit": run_commit(), "date": utc_date(),
                                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows})
     return 0
 

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from bench_common import (HIDDEN, TOKENS, head_commit, parse_shapes, sdpa_backend_kinds, torch_and_backends, utc_date,
+from bench_common import (HIDDEN, TOKENS, parse_shapes, run_commit, sdpa_backend_kinds, torch_and_backends, utc_date,
                           write_json)
 
 DEFAULT_SHAPES = "64:512:0,128:512:0,128:512:1,256:512:0,128:8192:0"
@@ -99,7 +99,7 @@ def main(argv):
                 print(f"{name:6s} d {d:3d} N {n:5d} causal {int(causal)}  {row['mean_us']:9.2f} us x{row['calls']:<3d}"
                       f" {launch}\n        {row['kernel'][:200]}")
     if args.json:
-        write_json(args.json, {"benchmark": "peer_kernels", "commit": head_commit(), "date": utc_date(),
+        write_json(args.json, {"benchmark": "peer_kernels", "commit": run_commit(), "date": utc_date(),
                                "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                                "cudnn": torch.backends.cudnn.version(), "rows": results})
     return 0

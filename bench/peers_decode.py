@@ -17,11 +17,10 @@ Exits 0 with a message when PyTorch or a CUDA device is missing: the peers are o
 """
 
 import argparse
-import os
 import statistics
 import sys
 
-from bench_common import (BYTES_PER_TERA, MS_PER_S, copy_ceiling_tbps, head_commit, sdpa_backend_kinds,
+from bench_common import (BYTES_PER_TERA, MS_PER_S, copy_ceiling_tbps, run_commit, sdpa_backend_kinds,
                           start_peer_result, torch_and_backends, write_json)
 
 SHAPES = ((1, 32768), (1, 131072), (16, 8192), (64, 4096))
@@ -124,7 +123,7 @@ def decode_rows(torch, args, backends, copy_tbps):
 def main(argv):
     args = parse_args(argv)
     torch, backends = torch_and_backends("peers_decode", args.backends)
-    commit = os.environ.get("FLASHATTN_COMMIT") or head_commit() or "unknown"
+    commit = run_commit() or "unknown"
     result = start_peer_result(torch, "peers_decode", args, commit=commit)
     result.update({
         "dtype": "bf16", "heads_q": HEADS_Q, "heads_kv": HEADS_KV, "head_dim": HEAD_DIM, "seqlen_q": SEQLEN_Q,

@@ -138,9 +138,17 @@ def test_merged_results_record_flashattn_commit_first(monkeypatch):
     monkeypatch.setenv("FLASHATTN_COMMIT", "abc123")
     assert compare.commit({"commit": "from-ours"}) == "abc123"
     monkeypatch.delenv("FLASHATTN_COMMIT")
-    monkeypatch.setattr(compare, "head_commit", lambda: None)
+    monkeypatch.setattr(bench_common, "head_commit", lambda: None)
     assert compare.commit({"commit": "from-ours"}) == "from-ours"
     assert compare.commit({}) == "unknown"
+
+
+def test_every_script_records_flashattn_commit_before_git(monkeypatch):
+    monkeypatch.setattr(bench_common, "head_commit", lambda: "from-git")
+    monkeypatch.setenv("FLASHATTN_COMMIT", "abc123")
+    assert bench_common.run_commit() == "abc123"
+    monkeypatch.delenv("FLASHATTN_COMMIT")
+    assert bench_common.run_commit() == "from-git"
 
 
 def test_decode_table_keeps_every_rate_of_ours_and_divides_by_the_peers(capsys):
