@@ -8,8 +8,9 @@ contiguous caches only).
 
 Usage: bench/ab_table.py [--fa2 | --decode] DIR NAME [NAME ...]
   DIR holds NAME-PASS.json (`flashattn bench --gpu --algo fa3 --json`, `--algo fa2`, or `--gpu --decode
-  --json`; PASS = 1, 2, ...) for every NAME and, optionally, peers.json; writes DIR/ab.json and prints the
-  table.
+  --json`; PASS = 1, 2, ...) for every NAME and, optionally, peers.json and sources.txt (lines "NAME
+  DIGEST", the trees' scripts/source_digest.sh); writes DIR/ab.json and prints the table. $FA3_AB_COMMIT,
+  when set, is recorded as the result's "commit".
 """
 
 import glob
@@ -85,6 +86,15 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+def source_digests(path):
+    """{tree name: source digest} from sources.txt's "NAME DIGEST" lines; {} where it is missing."""
+    try:
+        with open(path) as f:
+            return dict(line.split(None, 1) for line in f.read().splitlines() if len(line.split()) == 2)
+    except OSError:
+        return {}
+
+
 def build(directory, names, kind="fa3"):
     """The table as ab.json holds it, and the summary lines."""
     ours, peer, peer_name, fields, unit = KINDS[kind]
@@ -116,6 +126,11 @@ def build(directory, names, kind="fa3"):
               "gpu": meta.get("gpu"), "date": meta.get("date"), "passes": len(runs[names[0]]), "table": table,
               "peers": {"torch": peer_data.get("torch"), "cudnn": peer_data.get("cudnn")} if peer_data else None,
               "peer": peer_name}
+    if os.environ.get("FA3_AB_COMMIT"):
+        result["commit"] = os.environ["FA3_AB_COMMIT"]
+    sources = source_digests(os.path.join(directory, "sources.txt"))
+    if sources:
+        result["sources"] = sources
     return result, lines
 
 

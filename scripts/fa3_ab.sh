@@ -10,6 +10,8 @@
 # printed, with each tree's ptxas report and the SASS check of its fa3 kernels, scripts/sass_overlap.sh)
 # and, with FA3_AB_NCU="PROFILE ..." (profile names of scripts/ncu_profile.sh, e.g. fa3_d128_n512),
 # OUT/ncu-NAME.tar.gz per tree (or per tree named in FA3_AB_NCU_TREES).
+# ab.json records each tree's source digest (scripts/source_digest.sh) and, when FA3_AB_COMMIT is set, that
+# text as "commit" (e.g. "base = ccca393; new = base + x.patch": the trees have no git metadata of their own).
 # Environment: FA3_AB_PASSES (default 2), FA3_AB_PEERS=0 (no cuDNN run), FA3_AB_TESTS=NAME (also build
 # that tree's GPU tests and run the fa3 ones, FA3_AB_TEST_FILTER, default Fa3*:*GpuForward*fa3*, each test
 # in its own process under FA3_AB_TEST_TIMEOUT seconds, default 120, so that a hang names its test;
@@ -58,6 +60,14 @@ for arg in "$@"; do
 done
 [ -z "${FA3_AB_TESTS:-}" ] || [ -n "$test_tree" ] || { echo "fa3_ab: FA3_AB_TESTS names no tree" >&2; exit 2; }
 WATCHDOG=${FA3_AB_WATCHDOG:-0}
+
+# Each tree's source digest (scripts/source_digest.sh), which ab.json records: any checkout of the commit a
+# tree came from (with the same patch applied) prints the same.
+for i in "${!names[@]}"; do
+  digest=$(bash "$ROOT/scripts/source_digest.sh" "${trees[$i]}" 2>/dev/null) || digest=unknown
+  printf '%s %s\n' "${names[$i]}" "$digest" >>"$RAW/sources.txt"
+  say "${names[$i]}: sources $digest"
+done
 
 # build TREE BUILD_DIR LOG TARGET... [-- CMAKE_ARG...]: configure (Release, sm_90a) and build the targets.
 build() {

@@ -303,7 +303,7 @@ def _bench_file(path, rows):
     _write_rows(path, rows)
 
 
-def test_ab_table_means_the_passes_and_divides_by_the_first_tree_and_cudnn(tmp_path, capsys):
+def test_ab_table_means_the_passes_and_divides_by_the_first_tree_and_cudnn(tmp_path, capsys, monkeypatch):
     _bench_file(tmp_path / "old-1.json", [(64, 512, False, 100.0), (64, 512, True, 50.0)])
     _bench_file(tmp_path / "old-2.json", [(64, 512, False, 110.0), (64, 512, True, 50.0)])
     _bench_file(tmp_path / "new-1.json", [(64, 512, False, 126.0), (64, 512, True, 40.0)])
@@ -313,10 +313,14 @@ def test_ab_table_means_the_passes_and_divides_by_the_first_tree_and_cudnn(tmp_p
             {"impl": "cudnn", "direction": "fwd", "d": 64, "N": 512, "causal": False, "tflops": 210.0},
             {"impl": "cudnn", "direction": "bwd", "d": 64, "N": 512, "causal": False, "tflops": 1.0},
             {"impl": "flash", "direction": "fwd", "d": 64, "N": 512, "causal": True, "tflops": 1.0}]}, f)
+    (tmp_path / "sources.txt").write_text("old 0123456789abcdef\nnew fedcba9876543210\n")
+    monkeypatch.setenv("FA3_AB_COMMIT", "old = abc123; new = old + x.patch")
     assert ab_table.main([str(tmp_path), "old", "new"]) == 0
     with open(tmp_path / "ab.json") as f:
         result = json.load(f)
     assert result["trees"] == ["old", "new"] and result["passes"] == 2 and result["gpu"] == {"name": "test GPU"}
+    assert result["sources"] == {"old": "0123456789abcdef", "new": "fedcba9876543210"}
+    assert result["commit"] == "old = abc123; new = old + x.patch"
     rows = {(r["d"], r["N"], r["causal"]): r for r in result["table"]}
     assert sorted(rows) == [(64, 512, False), (64, 512, True)]  # fa2 and backward rows left out
     assert rows[(64, 512, False)]["old"] == {"mean": 105.0, "passes": [100.0, 110.0]}
