@@ -6,7 +6,8 @@
 // from the last KV block of the tile's range to the first (the partially masked blocks at the causal
 // diagonal and the sequence end come first). S = Q K^T and
 // O += P V run on mma.sync.m16n8k16 with fp32 accumulators; the softmax is online, in log2 units, and O
-// stays unnormalized until the epilogue (deferred normalization).
+// stays unnormalized until the epilogue (deferred normalization). At head dim 64 the loop is skewed
+// (FwdConfig::kSkewPv): each step issues the P V of the block before it beside its own exponentials.
 #pragma once
 
 #include <type_traits>
