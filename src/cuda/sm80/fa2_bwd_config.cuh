@@ -84,9 +84,9 @@ struct DkdvConfig {
   static constexpr bool kRotatedWalk = kBlockN == 64;
   // The next query tile's copies go out behind this tile's S product instead of right after the loop-top
   // barrier, so that every warp leaves the barrier straight into mma.sync. Measured on the H200
-  // (bench/results/h200-20261203-fa2-bwd-sass-vs-pytorch/, backward sweep, 2 passes): d 64 +1.4..+3.1% on all 12 shapes, d 128 +0.2% alone and
-  // +5.3..+9.2% with the full unroll, d 256 -1.0..-2.0% on all 12. So the 64-key tiles (d 192 and 256, d 192 not
-  // timed) keep the copies at the loop top.
+  // (bench/results/h200-20261203-fa2-bwd-sass-vs-pytorch/, backward sweep, 2 passes): d 64 +1.4..+3.1% on
+  // all 12 shapes, d 128 +0.2% alone and +5.3..+9.2% with the full unroll, d 256 -1.0..-2.0% on all 12. So
+  // the 64-key tiles (d 192 and 256, d 192 not timed) keep the copies at the loop top.
   static constexpr bool kLoadsAfterS = kBlockN != 64;
 
   // Warp grids of the three products. Each names how many warps split the rows; the others split the

@@ -173,6 +173,16 @@ __device__ __forceinline__ bool block_needs_rescale(const WarpState<Cfg>& st,
   return rescale;
 }
 
+// Row (mt, half) moves to max new_max: returns the factor exp2(old - new) its O and sum take, the sum
+// scaled here. -inf - -inf is NaN: a row that has seen only masked keys keeps factor 1 (its O and sum are 0).
+template <typename Cfg>
+__device__ __forceinline__ float rescale_row(WarpState<Cfg>& st, int mt, int half, float new_max) {
+  const float factor = new_max == core::kNegInf ? 1.0f : fast_exp2(st.row_max[mt][half] - new_max);
+  st.row_max[mt][half] = new_max;
+  st.row_sum[mt][half] *= factor;
+  return factor;
+}
+
 // P of a block as packed 16-bit pairs ([slice][n8 tile][row half]) from its scores and the rows' stored
 // maxima; the fp32 probabilities added to the row sums.
 template <typename Cfg, typename T>
@@ -266,11 +276,7 @@ __device__ __forceinline__ void attend_block(WarpState<Cfg>& st, const AttnParam
     for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float new_max = fmaxf(st.row_max[mt][half], tile_max[mt][half]);
-        // -inf - -inf is NaN: a row that has seen only masked keys keeps factor 1 (its O and sum are 0).
-        const float factor = new_max == core::kNegInf ? 1.0f : fast_exp2(st.row_max[mt][half] - new_max);
-        st.row_max[mt][half] = new_max;
-        st.row_sum[mt][half] *= factor;
+        const float factor = rescale_row(st, mt, half, fmaxf(st.row_max[mt][half], tile_max[mt][half]));
 #pragma unroll
         for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
           st.o[mt][dt][2 * half] *= factor;
@@ -305,11 +311,7 @@ __device__ __forceinline__ void skew_block(WarpState<Cfg>& st, uint32_t (&p16)[C
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float old_max = st.row_max[mt][half];
-      const float new_max = rescale ? fmaxf(old_max, tile_max[mt][half]) : old_max;
-      // -inf - -inf is NaN: a row that has seen only masked keys keeps factor 1 (its O and sum are 0).
-      factor[mt][half] = new_max == core::kNegInf ? 1.0f : fast_exp2(old_max - new_max);
-      st.row_max[mt][half] = new_max;
-      st.row_sum[mt][half] *= factor[mt][half];
+      factor[mt][half] = rescale_row(st, mt, half, rescale ? fmaxf(old_max, tile_max[mt][half]) : old_max);
     }
   }
   if constexpr (kPv) block_pv</*kFence=*/false, Cfg, T>(st, p16, sV_prev, lane);
