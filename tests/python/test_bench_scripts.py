@@ -1,8 +1,8 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
 the median of the timed calls), the commit the merged results record, and the merged decode table; the
 profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
-scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh; and the SASS
-counts of scripts/gpu_check.sh (scripts/sass_counts.awk)."""
+scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh and the source trees
+of scripts/ab_trees.sh; and the SASS counts of scripts/gpu_check.sh (scripts/sass_counts.awk)."""
 
 import csv
 import json
@@ -458,3 +458,33 @@ def test_source_digest_follows_the_sources_and_ignores_build_leftovers(tmp_path)
     (b / "src" / "core" / "x.cpp").write_text("int x = 1;\n")
     (b / "src" / "core" / "y.h").write_text("")
     assert _digest(b) != base
+
+
+@pytest.mark.skipif(shutil.which("patch") is None or shutil.which("git") is None, reason="needs git and patch")
+def test_ab_trees_extracts_the_commit_applies_patches_and_stops_on_one_that_does_not_apply(tmp_path):
+    root = os.path.join(SCRIPTS, "..")
+    if subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    import difflib
+    readme = subprocess.run(["git", "-C", root, "show", "HEAD:README.md"], check=True, capture_output=True,
+                            text=True).stdout.splitlines(keepends=True)
+    patch = tmp_path / "first-line.patch"
+    patch.write_text("".join(difflib.unified_diff(readme, ["added\n"] + readme, "a/README.md", "b/README.md")))
+    script = os.path.join(SCRIPTS, "ab_trees.sh")
+    run = subprocess.run(["bash", script, str(tmp_path / "ab"), "base", f"new={patch}"], capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr
+    base, new = tmp_path / "ab" / "base", tmp_path / "ab" / "new"
+    assert (new / "README.md").read_text().splitlines()[0] == "added"
+    assert (base / "README.md").read_text().splitlines(keepends=True) == readme
+    for tree in (base, new):
+        assert (tree / "CMakeLists.txt").is_file() and not (tree / "bench" / "results").exists()
+        assert not list(tree.rglob("*.orig"))
+    lines = run.stdout.splitlines()
+    assert lines[-1] == f"base={tmp_path}/ab/base new={tmp_path}/ab/new"
+    assert lines[-2].startswith("FA3_AB_COMMIT='base = ") and lines[-2].endswith(" + first-line.patch'")
+    # Applied twice, the second time it does not: the tree is not left half-patched.
+    run = subprocess.run(["bash", script, str(tmp_path / "ab"), f"twice={patch}+{patch}"], capture_output=True,
+                         text=True)
+    assert run.returncode == 1 and "does not apply" in run.stderr
+    assert not (tmp_path / "ab" / "twice").exists()
