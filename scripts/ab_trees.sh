@@ -5,11 +5,11 @@
 # with half a change; patch leaves no *.orig files behind.
 #
 # Usage: bash scripts/ab_trees.sh DIR NAME[=PATCH[+PATCH...]] ...
-#   e.g. bash scripts/ab_trees.sh .ab base early=bench/results/X/a.patch both=X/a.patch+X/b.patch
+#   e.g. bash scripts/ab_trees.sh .ab base early=bench/results/X/a.patch both=bench/results/X/a.patch+bench/results/X/b.patch
 # AB_COMMIT (default HEAD) is the commit every tree starts from. Prints, last, the NAME=TREE arguments for
 # fa3_ab.sh and an FA3_AB_COMMIT text that names each tree's commit and patches. DIR/NAME is replaced if it
-# exists; the NAME=TREE arguments keep DIR as given (relative, they hold on the GPU machine's copy too). .ab/ is
-# ignored by git; on the GPU machine name it in `carry`.
+# exists; the NAME=TREE arguments keep DIR as given (relative, they hold in a copy of the repository too).
+# .ab/ is ignored by git: a copy made from git's files leaves it out, so copy it along.
 set -euo pipefail
 
 [ $# -ge 2 ] || { echo "usage: $0 DIR NAME[=PATCH[+PATCH...]] ..." >&2; exit 2; }
