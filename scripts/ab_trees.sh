@@ -20,6 +20,13 @@ COMMIT=${AB_COMMIT:-HEAD}
 sha=$(git -C "$ROOT" rev-parse --short "$COMMIT^{commit}") || { echo "ab_trees: no commit '$COMMIT'" >&2; exit 2; }
 mkdir -p "$DIR"
 
+# Stops everything without leaving a half-made tree behind.
+fail() {
+  echo "ab_trees: $1" >&2
+  rm -rf "$tree"
+  exit 1
+}
+
 args=()
 text=()
 for spec in "$@"; do
@@ -40,12 +47,9 @@ for spec in "$@"; do
     for patch in "${list[@]}"; do
       # Relative paths are the repository's (where the prepared patches live), absolute ones as they are.
       case $patch in /*) file=$patch ;; *) file=$ROOT/$patch ;; esac
-      [ -f "$file" ] || { echo "ab_trees: $name: no patch file '$patch'" >&2; rm -rf "$tree"; exit 1; }
-      if ! patch -s -p1 -d "$tree" --no-backup-if-mismatch --forward <"$file" >&2; then
-        echo "ab_trees: $name: '$patch' does not apply to $sha (tree removed)" >&2
-        rm -rf "$tree"
-        exit 1
-      fi
+      [ -f "$file" ] || fail "$name: no patch file '$patch'"
+      patch -s -p1 -d "$tree" --no-backup-if-mismatch --forward <"$file" >&2 ||
+        fail "$name: '$patch' does not apply to $sha (tree removed)"
       described="$described + $(basename "$file")"
     done
   fi

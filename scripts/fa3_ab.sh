@@ -5,7 +5,7 @@
 # shapes, and one JSON that lists every shape with each tree's TFLOP/s (mean of the passes, and each pass).
 #
 # Usage: bash scripts/fa3_ab.sh OUT NAME=TREE [NAME=TREE ...]
-#   TREE: a source tree of flashattn (a checkout, or `git archive COMMIT | tar -x -C TREE`).
+#   TREE: a source tree of flashattn (a checkout, or one made by scripts/ab_trees.sh: a commit plus patches).
 # Writes OUT/ab.json (the table), OUT/raw.tar.gz (every bench and peer JSON), OUT/ab.log (what every step
 # printed, with each tree's ptxas report and the SASS check of its fa3 kernels, scripts/sass_overlap.sh)
 # and, with FA3_AB_NCU="PROFILE ..." (profile names of scripts/ncu_profile.sh, e.g. fa3_d128_n512),
