@@ -64,6 +64,40 @@ struct MaskSpec {
   }
 };
 
+// MaskSpec's visible keys in 32-bit arithmetic, for kernels that hold lengths and windows as ints: the same
+// key_begin and key_end as MaskSpec's for every row below seqlen_q, when seqlen_q + seqlen_k + 2^8 < 2^31
+// (rows past seqlen_q, which padded tiles compute and discard, may get a begin past seqlen_k where MaskSpec
+// clamps it: an empty range either way).
+struct MaskSpec32 {
+  int shift = 0;          // seqlen_k - seqlen_q: row i lines up with key i + shift
+  int seqlen_k = 0;
+  int window_left = -1;   // < 0: unbounded
+  int window_right = -1;  // < 0: unbounded; causal folds into 0; at most seqlen_q
+
+  FA_HOST_DEVICE static MaskSpec32 make(int seqlen_q, int seqlen_k, bool causal, int window_left,
+                                        int window_right) {
+    MaskSpec32 m;
+    m.shift = seqlen_k - seqlen_q;
+    m.seqlen_k = seqlen_k;
+    m.window_left = window_left < 0 ? -1 : window_left;
+    // A right window of seqlen_q or more reaches seqlen_k from every row; clamped to seqlen_q, the key
+    // bound diag + window_right + 1 stays below seqlen_q + seqlen_k plus the padded rows.
+    m.window_right = causal ? 0 : (window_right < 0 ? -1 : (window_right < seqlen_q ? window_right : seqlen_q));
+    return m;
+  }
+
+  // diag - window_left is formed only where it is positive; diag + window_right + 1 fits (above).
+  FA_HOST_DEVICE int key_begin(int row) const {
+    const int diag = row + shift;
+    return window_left >= 0 && diag > window_left ? diag - window_left : 0;
+  }
+  FA_HOST_DEVICE int key_end(int row) const {
+    if (window_right < 0) return seqlen_k;
+    const int e = row + shift + window_right + 1;
+    return e < 0 ? 0 : (e > seqlen_k ? seqlen_k : e);
+  }
+};
+
 // KV blocks of size block_n that a query tile [row_begin, row_end) must visit: [first, last).
 struct BlockRange {
   int64_t first = 0;

@@ -1,10 +1,13 @@
 // src/core on its own: masks and KV block ranges against brute force, online softmax, 16-bit floats.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <vector>
 
+#include "core/column_mask.h"
 #include "core/mask.h"
 #include "core/numeric.h"
 #include "core/softmax_online.h"
@@ -83,6 +86,63 @@ TEST(CoreMask, BlockRangeCoversEveryVisibleKeyAndFullyVisibleIsExact) {
           }
         }
   }
+}
+
+TEST(CoreMask, MaskSpec32GivesMaskSpecKeysForEveryRow) {
+  // The CPU cases, plus lengths and windows near the 32-bit range; rows past seqlen_q too (padded tiles).
+  std::vector<MaskCase> cases = mask_cases();
+  const int64_t big = int64_t(1) << 29;
+  for (int64_t wl : {int64_t(-1), int64_t(0), int64_t(7), big, int64_t(INT32_MAX)})
+    for (int64_t wr : {int64_t(-1), int64_t(0), int64_t(5), big, int64_t(INT32_MAX)}) {
+      cases.push_back({big + 3, big - 5, false, wl, wr});
+      cases.push_back({big - 5, big + 3, false, wl, wr});
+      cases.push_back({3, big, true, wl, wr});
+      cases.push_back({big, 3, false, wl, wr});
+    }
+  for (const MaskCase& c : cases) {
+    const auto m = fc::MaskSpec::make(c.sq, c.sk, c.causal, c.wl, c.wr);
+    const auto m32 = fc::MaskSpec32::make(int(c.sq), int(c.sk), c.causal, int(c.wl), int(c.wr));
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < std::min<int64_t>(c.sq, 200); ++i) rows.push_back(i);
+    for (int64_t i = std::max<int64_t>(0, c.sq - 200); i < c.sq + 130; ++i) rows.push_back(i);
+    for (int64_t row : rows) {
+      const int64_t b = m.key_begin(row), e = m.key_end(row);
+      const int b32 = m32.key_begin(int(row)), e32 = m32.key_end(int(row));
+      ASSERT_GE(b32, 0);
+      ASSERT_LE(e32, c.sk);
+      if (row < c.sq || b < e)
+        ASSERT_TRUE(b32 == b && e32 == e) << "sq " << c.sq << " sk " << c.sk << " causal " << c.causal << " wl "
+                                          << c.wl << " wr " << c.wr << " row " << row << ": [" << b << ", " << e
+                                          << ") against [" << b32 << ", " << e32 << ")";
+      else
+        ASSERT_GE(b32, e32) << "row " << row << " past seqlen_q sees no key in MaskSpec";
+    }
+  }
+}
+
+template <int kGroups>
+void check_column_mask() {
+  using M = fc::ColumnMask<kGroups>;
+  for (int lo = -40; lo <= 8 * kGroups + 40; ++lo)
+    for (int hi = -40; hi <= 8 * kGroups + 40; ++hi) {
+      const typename M::Word bits = M::visible(lo, hi);
+      typename M::Word expected = 0;
+      for (int j = 0; j < kGroups; ++j)
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * j + e;
+          if (col >= lo && col < hi) expected |= typename M::Word(1) << M::bit(j, e);
+        }
+      ASSERT_EQ(bits, expected) << "groups " << kGroups << " lo " << lo << " hi " << hi;
+    }
+}
+
+TEST(CoreMask, ColumnMaskSetsTheBitsOfTheVisibleColumns) {
+  check_column_mask<1>();
+  check_column_mask<8>();   // fa2: 64-key blocks
+  check_column_mask<10>();  // 80 keys
+  check_column_mask<16>();  // 32 bits: fa3's 128-key blocks
+  check_column_mask<22>();  // a 64-bit word
+  check_column_mask<32>();  // 64 bits: 256 keys
 }
 
 TEST(CoreSoftmax, OnlineUpdateMatchesDirectSoftmax) {

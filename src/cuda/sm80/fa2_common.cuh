@@ -144,6 +144,16 @@ constexpr int pow2_divisor(int n, int cap = kWarpSize) {
   return (n % 2 != 0 || cap == 1) ? 1 : 2 * pow2_divisor(n / 2, cap / 2);
 }
 
+// The pointer as it is; with kOpaque, opaque to the optimizer. A tile's first row formed once this way keeps
+// TileLoader's chunk addresses at one wide multiply-add each (the tile pointer plus the chunk's 32-bit
+// offset); seen through, the arithmetic that formed the tile pointer (a 64-bit row offset) was folded
+// into every chunk's address.
+template <bool kOpaque, typename T>
+__device__ __forceinline__ const T* block_pointer(const T* ptr) {
+  if constexpr (kOpaque) asm("" : "+l"(ptr));
+  return ptr;
+}
+
 // TileLoader's offsets inside one tile are 32-bit: tiles have at most kMaxTileRows rows, and the hosts
 // refuse row strides above kMaxTileRowStride elements (kMaxTileRows * row_stride < 2^31).
 constexpr int kMaxTileRows = 128;

@@ -12,6 +12,7 @@
 
 #include <type_traits>
 
+#include "core/column_mask.h"
 #include "core/mask.h"
 #include "core/numeric.h"
 #include "core/softmax_online.h"
@@ -123,18 +124,18 @@ __device__ __forceinline__ void block_max(float (&s)[Cfg::kMTiles][Cfg::kNTiles]
   for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      // Visible columns of this thread's row, relative to its first column (first_key + 2t), so that
-      // each element's test is a compare against a compile-time column offset.
-      int col_lo = 0, col_hi = 0;
+      // Visible columns of this thread's row, relative to its first column (first_key + 2t), one bit each
+      // (element (nt, e) holds column 8 nt + e), so that each element's test is a bit of one register.
+      using Columns = core::ColumnMask<Cfg::kNTiles>;
+      typename Columns::Word visible = 0;
       if constexpr (kMasked) {
-        // Rebuilt here (the same MaskSpec as p.mask(batch)) so that it is not held in registers across
-        // the KV loop for the fully visible blocks.
-        const core::MaskSpec mask =
-            core::MaskSpec::make(len_q, len_k, p.causal, p.window_left, p.window_right);
+        // Rebuilt here (p.mask(batch), in 32-bit arithmetic) so that it is not held in registers across the
+        // KV loop for the fully visible blocks.
+        const core::MaskSpec32 mask =
+            core::MaskSpec32::make(len_q, len_k, p.causal, p.window_left, p.window_right);
         const int row = first_row + mt * kMmaM + g + half * 8;
         const int col0 = first_key + 2 * t;
-        col_lo = int(mask.key_begin(row)) - col0;
-        col_hi = int(mask.key_end(row)) - col0;
+        visible = Columns::visible(mask.key_begin(row) - col0, mask.key_end(row) - col0);
       }
       float m = core::kNegInf;
 #pragma unroll
@@ -143,8 +144,7 @@ __device__ __forceinline__ void block_max(float (&s)[Cfg::kMTiles][Cfg::kNTiles]
         for (int e = 0; e < 2; ++e) {
           float x = s[mt][nt][2 * half + e];
           if constexpr (kMasked) {
-            const int col = nt * kMmaN + e;
-            if (col < col_lo || col >= col_hi) x = core::kNegInf;
+            if (!((visible >> Columns::bit(nt, e)) & 1)) x = core::kNegInf;
           }
           s[mt][nt][2 * half + e] = x;
           m = fmaxf(m, x);
@@ -365,6 +365,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
 
   const T* q_tile = static_cast<const T*>(p.q.ptr) + batch * p.q.batch_stride +
                     (int64_t(p.q_offset(batch)) + row_begin) * p.q.row_stride + head * p.q.head_stride;
+  // Q's copies go out first: the tile's remaining setup (K/V pointers, mask, block range) runs under them.
+  // They join the first K block's copy group below.
+  TileLoader<Cfg::kBlockM, Cfg::kHeadDim, kQStride, Cfg::kThreads>(tid).load(sQ, q_tile, int(p.q.row_stride),
+                                                                          row_end - row_begin, p.head_dim);
   const T* k_seq = static_cast<const T*>(p.k.ptr) + batch * p.k.batch_stride +
                    int64_t(p.k_offset(batch)) * p.k.row_stride + kv_head * p.k.head_stride;
   const T* v_seq = static_cast<const T*>(p.v.ptr) + batch * p.v.batch_stride +
@@ -390,23 +394,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
   __shared__ LoopUniforms<T> uni;
 
   const TileLoader<Cfg::kBlockN, Cfg::kHeadDim, Cfg::kKvStride, Cfg::kThreads, Cfg::KvRows::kSwizzled> kv_loader(tid);
+  // Up to head dim 128 the block's first row is formed once (block_pointer); head dims 192 and 256 keep the
+  // chunk addresses folded: with fewer address instructions between them their copies ran slower
+  // (docs/performance.md).
+  constexpr bool kBlockPointer = Cfg::kHeadDim <= 128;
   auto load_k = [&](const T* k_base, int n_block, int stage) {
     const int key0 = n_block * Cfg::kBlockN;
-    kv_loader.load(sK + stage * Cfg::kKvElems, k_base + key0 * p.k.row_stride, int(p.k.row_stride), len_k - key0,
-                   p.head_dim);
+    kv_loader.load(sK + stage * Cfg::kKvElems, block_pointer<kBlockPointer>(k_base + key0 * p.k.row_stride),
+                   int(p.k.row_stride), len_k - key0, p.head_dim);
   };
   auto load_v = [&](const T* v_base, int n_block, int stage) {
     const int key0 = n_block * Cfg::kBlockN;
-    kv_loader.load(sV + stage * Cfg::kKvElems, v_base + key0 * p.v.row_stride, int(p.v.row_stride), len_k - key0,
-                   p.head_dim);
+    kv_loader.load(sV + stage * Cfg::kKvElems, block_pointer<kBlockPointer>(v_base + key0 * p.v.row_stride),
+                   int(p.v.row_stride), len_k - key0, p.head_dim);
   };
-  // Block n_block from K/V buffer `stage`, masked or not.
-  auto attend = [&](int n_block, int stage, auto&& after_qk) {
+  // Whether block n_block needs no per-element mask. The double-buffered loops read it, and the K/V pointers,
+  // from `uni` right after their barrier, before they issue the block's copies: read where they were used,
+  // the shared loads came after the copies' address arithmetic and their latency sat right before the mask
+  // branch.
+  auto block_visible = [&](int n_block) { return n_block >= uni.vis_lo && n_block < uni.vis_hi; };
+  // Block n_block from K/V buffer `stage`, masked unless `visible`.
+  auto attend = [&](int n_block, int stage, bool visible, auto&& after_qk) {
     const T* sK_stage = sK + stage * Cfg::kKvElems;
     const T* sV_stage = sV + stage * Cfg::kKvElems;
     const T* sQ_warp = sQ + warp_row * kQStride;
     const int row0 = row_begin + warp_row, key0 = n_block * Cfg::kBlockN;
-    if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
+    if (visible)
       attend_block</*kMasked=*/false, kSoftcap>(st, p, sQ_warp, sK_stage, sV_stage, lane, len_q, len_k, row0, key0,
                                                 after_qk);
     else
@@ -425,8 +438,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
       uni.vis_lo = int((mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN);
       uni.vis_hi = int(mask.key_end(row_begin) / Cfg::kBlockN);
     }
-    TileLoader<Cfg::kBlockM, Cfg::kHeadDim, kQStride, Cfg::kThreads>(tid).load(sQ, q_tile, int(p.q.row_stride),
-                                                                            row_end - row_begin, p.head_dim);
     const int n_first = int(range.first);
     if constexpr (Cfg::kSkewPv && Cfg::kStages == 2) {
       // Skewed loop: step n computes S of block n and P V of block n + 1 (skew_block). The ring holds K
@@ -445,13 +456,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
         constexpr bool kPv = decltype(pv)::value;
         cp_async_wait<0>();
         __syncthreads();
-        if (n_block > n_first) load_k(uni.k_seq, n_block - 1, stage ^ 1);
-        load_v(uni.v_seq, n_block, stage);
+        const bool visible = block_visible(n_block);
+        const T* k_base = uni.k_seq;
+        const T* v_base = uni.v_seq;
+        if (n_block > n_first) load_k(k_base, n_block - 1, stage ^ 1);
+        load_v(v_base, n_block, stage);
         cp_async_commit();
         const T* sK_stage = sK + stage * Cfg::kKvElems;
         const T* sV_prev = sV + (stage ^ 1) * Cfg::kKvElems;
         const int key0 = n_block * Cfg::kBlockN;
-        if (n_block >= uni.vis_lo && n_block < uni.vis_hi)
+        if (visible)
           skew_block</*kMasked=*/false, kPv, kSoftcap>(st, p16, p, sQ_warp, sK_stage, sV_prev, lane, len_q, len_k,
                                                        row0, key0);
         else
@@ -477,12 +491,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
         // Makes this block's K/V (and Q, and `uni`) visible to every warp, and proves every warp is done
         // reading the other buffer (the previous block), which the prefetch below overwrites.
         __syncthreads();
+        const bool visible = block_visible(n_block);
+        const T* k_base = uni.k_seq;
+        const T* v_base = uni.v_seq;
         if (n_block > n_first) {
-          load_k(uni.k_seq, n_block - 1, stage ^ 1);
-          load_v(uni.v_seq, n_block - 1, stage ^ 1);
+          load_k(k_base, n_block - 1, stage ^ 1);
+          load_v(v_base, n_block - 1, stage ^ 1);
           cp_async_commit();
         }
-        attend(n_block, stage, [] {});
+        attend(n_block, stage, visible, [] {});
         stage ^= 1;
       }
     } else {
@@ -495,7 +512,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
         __syncthreads();
         load_v(uni.v_seq, n_block, 0);
         cp_async_commit();
-        attend(n_block, 0, [&] {
+        // Here (head dims 192 and 256) the mask range is read after the copies: read before them, as in the
+        // loops above, these kernels measured 1.5-2% slower (bench/results/h200-20261205-fa2-fwd-loop-top).
+        attend(n_block, 0, block_visible(n_block), [&] {
           cp_async_wait<0>();
           // V visible to every warp; every warp is done reading K (its Q K^T of this block).
           __syncthreads();
@@ -506,6 +525,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) fa2_fwd_k
         });
       }
     }
+  }
+
+  if (range.empty()) {
+    // No key for any row: Q's copies, issued by every thread into every row, must land before the epilogue
+    // writes O over them.
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
   }
 
   // Epilogue. Each warp stages its own rows of O in its own rows of sQ (only this warp ever read them),
