@@ -39,6 +39,7 @@
 
 #include <cuda.h>
 
+#include "core/column_mask.h"
 #include "core/mask.h"
 #include "core/numeric.h"
 #include "core/softmax_online.h"
@@ -240,8 +241,10 @@ struct SoftmaxParams {
   float mult;        // raw score -> log2 units: scale * log2(e), or log2(e) after the softcap
   float cap_inner;   // softcap: tanh(s * cap_inner) * cap; 0 when off
   float cap;
-  core::MaskSpec mask;
   int row0;  // this thread's half-0 row in the sequence
+  // Visible keys of row row0 + 8 h: [key_begin[h], key_end[h]), formed once per tile (and only in a tile with
+  // a masked block), so that a masked block does no mask arithmetic of its own.
+  int key_begin[2], key_end[2];
 };
 
 // Online softmax of one block (in place on st.s). Returns the factor that rescales O for each half and
@@ -259,16 +262,17 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Cfg>& st, const Soft
     for (int i = 0; i < kN; ++i) st.s[i] = tanhf(st.s[i] * sp.cap_inner) * sp.cap;
   }
   if constexpr (kMasked) {
+    using Columns = core::ColumnMask<Cfg::kBlockN / 8>;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = sp.row0 + 8 * h;
-      // Visible columns relative to this thread's first column (key0 + 2 * quad).
-      const int lo = int(sp.mask.key_begin(row)) - key0 - 2 * quad;
-      const int hi = int(sp.mask.key_end(row)) - key0 - 2 * quad;
+      // Visible columns relative to this thread's first column (key0 + 2 * quad), one bit each.
+      const typename Columns::Word visible =
+          Columns::visible(sp.key_begin[h] - key0 - 2 * quad, sp.key_end[h] - key0 - 2 * quad);
 #pragma unroll
       for (int i = 0; i < kN; ++i) {
         if (acc_half(i) != h) continue;
-        if (acc_col(i) < lo || acc_col(i) >= hi) st.s[i] = core::kNegInf;
+        // Element i holds column acc_col(i) = 8 (i / 4) + i % 2.
+        if (!((visible >> Columns::bit(i >> 2, i & 1)) & 1)) st.s[i] = core::kNegInf;
       }
     }
   }
@@ -687,26 +691,41 @@ struct Consumer {
       sp.cap = a.softcap;
       sp.cap_inner = a.softcap > 0.0f ? a.scale / a.softcap : 0.0f;
       sp.mult = a.softcap > 0.0f ? core::kLog2e : a.scale_log2;
-      sp.mask = a.mask(w.batch);
       sp.row0 = w.row_begin + local_row0();
+      // The mask in 32-bit arithmetic (the host keeps seqlen_q + seqlen_k below 2^31 - 256).
+      const core::MaskSpec32 mask =
+          core::MaskSpec32::make(w.len_q, a.len_k(w.batch), a.causal, a.window_left, a.window_right);
 
       // Blocks that need no per-element mask: [vis_lo, vis_hi) (see MaskSpec::tile_fully_visible).
       const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
-      int vis_lo = int((sp.mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN);
-      int vis_hi = int(sp.mask.key_end(w.row_begin) / Cfg::kBlockN);
+      int vis_lo = (mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+      int vis_hi = mask.key_end(w.row_begin) / Cfg::kBlockN;
       vis_lo = max(vis_lo, w.n_first);
       vis_hi = min(vis_hi, w.n_last);
       if (vis_lo >= vis_hi) vis_lo = vis_hi = w.n_first;  // no visible block: every block is masked
 
-      sm90::mbar_wait(&sm.q_full[qbuf], q_phase<Cfg>(t));
-      const int base = kv_iter;
       // The first block (KV block n_last - 1) is visible for every row iff vis_lo < vis_hi == n_last.
       // Measured (H200, bench/results/h200-20261202-shortn-ab/): the unmasked form gains up to 6% at head dim
       // 64 and, with 128-key blocks, 3-6% at head dim 128 for N <= 4096; at head dim 256 the kernel with both
       // forms ran 1-5% slower at every N >= 1024, so it keeps the one masked form, as do the ablation
       // variants (a second form spills them). So the two forms go with the two Q buffers (kQBuffers).
       constexpr bool kTwoFirstForms = Cfg::kQBuffers == 2;
-      if (kTwoFirstForms && vis_hi == w.n_last && vis_lo < vis_hi)
+      const bool first_visible = kTwoFirstForms && vis_hi == w.n_last && vis_lo < vis_hi;
+      // This thread's rows' visible keys, which only the masked blocks read: a tile without one (no mask
+      // and seqlen_k a multiple of kBlockN) skips them.
+      if (!first_visible || vis_lo > w.n_first || vis_hi < w.n_last) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          sp.key_begin[h] = mask.key_begin(sp.row0 + 8 * h);
+          sp.key_end[h] = mask.key_end(sp.row0 + 8 * h);
+        }
+      } else {
+        sp.key_begin[0] = sp.key_begin[1] = sp.key_end[0] = sp.key_end[1] = 0;
+      }
+
+      sm90::mbar_wait(&sm.q_full[qbuf], q_phase<Cfg>(t));
+      const int base = kv_iter;
+      if (first_visible)
         first_block<false>(st, sp, w, base, pending, prev);
       else
         first_block<true>(st, sp, w, base, pending, prev);
