@@ -213,6 +213,30 @@ void expect_refused(const Status& s, const std::string& text) {
   EXPECT_NE(s.message().find(text), std::string::npos) << "'" << text << "' not in: " << s.message();
 }
 
+// Lengths whose sum leaves the kernels' 32-bit key bounds (core::MaskSpec32, seqlen_q + seqlen_k below
+// 2^31 - 256) are refused, not wrapped; just below the limit this rule does not refuse. The check reads no
+// data, so the views may claim more rows than their allocations hold.
+Status refusal_at_lengths(Case c, int64_t seqlen_q, int64_t seqlen_k) {
+  c.batch = 1;
+  c.with_lse = false;
+  std::mt19937_64 rng(fat::next_forward_seed());
+  HostCase h(c, rng);
+  DeviceCase d(h);
+  AttentionArgs args = d.forward_args();
+  for (flashattn::TensorView* t : {&args.q, &args.out, &args.k, &args.v}) {
+    t->shape[1] = (t == &args.q || t == &args.out) ? seqlen_q : seqlen_k;
+    t->stride[0] = t->stride[1] * t->shape[1];
+  }
+  return flashattn::check_supported(args);
+}
+
+void expect_length_limit(const Case& base, const std::string& algo_name) {
+  const int64_t half = int64_t(1) << 30;
+  expect_refused(refusal_at_lengths(base, half + 300, half), algo_name + ": seqlen_q + seqlen_k");
+  const Status below = refusal_at_lengths(base, half - 200, half - 200);  // sum 2^31 - 400
+  EXPECT_EQ(below.message().find("seqlen_q + seqlen_k"), std::string::npos) << below.to_string();
+}
+
 void fa2_refusals(const Case& base) {
   Case fp32 = base;
   fp32.dtype = DType::kFloat32;
@@ -224,6 +248,7 @@ void fa2_refusals(const Case& base) {
   Case misaligned = base;
   misaligned.head_dim = 64;
   expect_refused(refusal(misaligned, 4), "16 bytes");
+  expect_length_limit(base, "algorithm fa2");
 }
 
 // fa3 builds fp16/bf16 at head dims 64, 128, 256 with a positive scale, forward only. Each refusal must
@@ -241,6 +266,7 @@ void fa3_refusals(const Case& base) {
   Case negative = base;
   negative.scale = -0.2f;
   expect_refused(refusal(negative), "fa3");
+  expect_length_limit(base, "algorithm fa3");
 
   Case bwd = base;
   bwd.with_backward = true;
