@@ -69,6 +69,13 @@ struct MaskSpec {
 // (rows past seqlen_q, which padded tiles compute and discard, may get a begin past seqlen_k where MaskSpec
 // clamps it: an empty range either way).
 struct MaskSpec32 {
+  // The lengths it holds: seqlen_q + seqlen_k up to this (padded tiles add fewer than 2^8 rows). Hosts of
+  // kernels that use it refuse longer problems.
+  static constexpr int64_t kMaxLengthSum = int64_t(INT32_MAX) - 256;
+  FA_HOST_DEVICE static constexpr bool holds(int64_t seqlen_q, int64_t seqlen_k) {
+    return seqlen_q + seqlen_k <= kMaxLengthSum;
+  }
+
   int shift = 0;          // seqlen_k - seqlen_q: row i lines up with key i + shift
   int seqlen_k = 0;
   int window_left = -1;   // < 0: unbounded

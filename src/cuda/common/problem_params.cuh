@@ -43,6 +43,10 @@ struct AttnParams {
   __device__ __forceinline__ core::MaskSpec mask(int b) const {
     return core::MaskSpec::make(len_q(b), len_k(b), causal, window_left, window_right);
   }
+  // The same mask in 32-bit arithmetic, from lengths the kernel already holds.
+  __device__ __forceinline__ core::MaskSpec32 mask32(int len_q, int len_k) const {
+    return core::MaskSpec32::make(len_q, len_k, causal, window_left, window_right);
+  }
 };
 
 // A KV cache (elements): outer = between sequences (contiguous cache) or between pages (paged cache).

@@ -135,7 +135,7 @@ Status fa2_supports(const detail::Problem& p, const Context& ctx, std::string* k
   if (p.total_q > INT_MAX || p.total_k > INT_MAX)
     return Status::NotSupported("algorithm fa2: more than 2^31 - 1 query or key rows are not supported");
   // The per-element mask forms its key bounds in 32-bit arithmetic (core::MaskSpec32).
-  if (p.seqlen_q + p.seqlen_k > INT_MAX - 256)
+  if (!core::MaskSpec32::holds(p.seqlen_q, p.seqlen_k))
     return Status::NotSupported("algorithm fa2: seqlen_q + seqlen_k must stay below 2^31 - 256");
   for (const ForwardOperand& o : forward_operands(p)) {
     Status st = check_alignment(o.name, *o.s, o.rows, o.heads, p.batch, p.varlen);

@@ -131,8 +131,7 @@ __device__ __forceinline__ void block_max(float (&s)[Cfg::kMTiles][Cfg::kNTiles]
       if constexpr (kMasked) {
         // Rebuilt here (p.mask(batch), in 32-bit arithmetic) so that it is not held in registers across the
         // KV loop for the fully visible blocks.
-        const core::MaskSpec32 mask =
-            core::MaskSpec32::make(len_q, len_k, p.causal, p.window_left, p.window_right);
+        const core::MaskSpec32 mask = p.mask32(len_q, len_k);
         const int row = first_row + mt * kMmaM + g + half * 8;
         const int col0 = first_key + 2 * t;
         visible = Columns::visible(mask.key_begin(row) - col0, mask.key_end(row) - col0);

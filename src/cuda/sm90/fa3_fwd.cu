@@ -141,7 +141,7 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
   if (p.total_q > INT_MAX || p.total_k > INT_MAX || p.batch * p.heads_q > INT_MAX / 256)
     return Status::NotSupported("algorithm fa3: more than 2^31 - 1 rows or tiles are not supported");
   // The consumers form the mask's key bounds in 32-bit arithmetic (core::MaskSpec32).
-  if (p.seqlen_q + p.seqlen_k > INT_MAX - 256)
+  if (!core::MaskSpec32::holds(p.seqlen_q, p.seqlen_k))
     return Status::NotSupported("algorithm fa3: seqlen_q + seqlen_k must stay below 2^31 - 256");
   // out too: the epilogue writes it with 16-byte stores.
   for (const ForwardOperand& o : forward_operands(p)) {

@@ -693,8 +693,7 @@ struct Consumer {
       sp.mult = a.softcap > 0.0f ? core::kLog2e : a.scale_log2;
       sp.row0 = w.row_begin + local_row0();
       // The mask in 32-bit arithmetic (the host keeps seqlen_q + seqlen_k below 2^31 - 256).
-      const core::MaskSpec32 mask =
-          core::MaskSpec32::make(w.len_q, a.len_k(w.batch), a.causal, a.window_left, a.window_right);
+      const core::MaskSpec32 mask = a.mask32(w.len_q, a.len_k(w.batch));
 
       // Blocks that need no per-element mask: [vis_lo, vis_hi) (see MaskSpec::tile_fully_visible).
       const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
