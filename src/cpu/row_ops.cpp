@@ -1,6 +1,7 @@
-// The hot row loops of the CPU kernels as explicit 8-wide vector code (GCC/Clang vector extensions).
-// The baseline build runs them as pairs of SSE2/NEON operations; on x86-64 Linux a second AVX2 copy
-// is selected at load time (ifunc), so the library still runs on any x86-64.
+// The hot row loops of the CPU kernels as explicit 8- and 16-wide vector code (GCC/Clang vector
+// extensions). The baseline build runs them as SSE2/NEON operations; on x86-64 Linux an AVX2 and an
+// AVX-512 copy are selected at load time (ifunc), so the library still runs on any x86-64. The file is
+// compiled with -ffp-contract=off (CMakeLists.txt), so no copy fuses a multiply-add.
 #include "cpu/row_ops.h"
 
 #include <cstring>
@@ -8,7 +9,7 @@
 // FLASHATTN_CPU_PORTABLE_ONLY builds only the baseline variant (to test it on a machine with AVX2).
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(FLASHATTN_CPU_PORTABLE_ONLY)
-#define FLASHATTN_ROW_CLONES __attribute__((target_clones("avx2", "default")))
+#define FLASHATTN_ROW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #define FLASHATTN_ROW_CLONES_ENABLED 1
 #else
 #define FLASHATTN_ROW_CLONES
@@ -19,13 +20,34 @@ namespace {
 
 constexpr int kWidth = 8;
 typedef float F8 __attribute__((vector_size(kWidth * sizeof(float))));
-typedef int32_t I8 __attribute__((vector_size(kWidth * sizeof(int32_t))));
-typedef uint32_t U8 __attribute__((vector_size(kWidth * sizeof(uint32_t))));
+// The exponentials also run 16 lanes at a time (one zmm register in the AVX-512 copy), their sums still
+// 8 lanes wide in the same order.
+typedef float F16 __attribute__((vector_size(2 * kWidth * sizeof(float))));
 
-// Vector values cross function boundaries only by reference: passing a 32-byte vector by value has a
-// different ABI in the AVX2 copy than in the baseline one.
-inline void load8(const float* p, F8* v) { std::memcpy(v, p, sizeof *v); }
-inline void store8(float* p, const F8& v) { std::memcpy(p, &v, sizeof v); }
+// Integer lanes of the same count as a float vector type.
+template <typename V>
+struct Lanes;
+template <>
+struct Lanes<F8> {
+  typedef int32_t I __attribute__((vector_size(kWidth * sizeof(int32_t))));
+  typedef uint32_t U __attribute__((vector_size(kWidth * sizeof(uint32_t))));
+};
+template <>
+struct Lanes<F16> {
+  typedef int32_t I __attribute__((vector_size(2 * kWidth * sizeof(int32_t))));
+  typedef uint32_t U __attribute__((vector_size(2 * kWidth * sizeof(uint32_t))));
+};
+
+// Vector values cross function boundaries only by reference: passing a 32- or 64-byte vector by value has
+// a different ABI in the AVX2 and AVX-512 copies than in the baseline one.
+template <typename V>
+inline void load(const float* p, V* v) {
+  std::memcpy(v, p, sizeof *v);
+}
+template <typename V>
+inline void store(float* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
 template <typename From, typename To>
 inline void copy_bits(const From& from, To* to) {
@@ -33,22 +55,25 @@ inline void copy_bits(const From& from, To* to) {
   std::memcpy(to, &from, sizeof *to);
 }
 
-// exp2_poly (row_ops.h) of x[l] - shift on 8 lanes: the same operations in the same order, so the
+// exp2_poly (row_ops.h) of x[l] - shift on the lanes of V: the same operations in the same order, so the
 // same bits.
-inline void exp2_shift_vec(const float* x, float shift, F8* out) {
+template <typename V>
+inline void exp2_shift_vec(const float* x, float shift, V* out) {
   using E = Exp2Poly;
-  F8 v;
-  load8(x, &v);
+  using I = typename Lanes<V>::I;
+  using U = typename Lanes<V>::U;
+  V v;
+  load(x, &v);
   v -= shift;
-  const F8 lo = F8{} + E::kMinExp;
-  const F8 hi = F8{} + E::kMaxExp;
-  const I8 in_range = v >= lo;  // all ones where true; false for NaN and -inf
-  F8 xc = v < lo ? lo : v;
+  const V lo = V{} + E::kMinExp;
+  const V hi = V{} + E::kMaxExp;
+  const I in_range = v >= lo;  // all ones where true; false for NaN and -inf
+  V xc = v < lo ? lo : v;
   xc = xc > hi ? hi : xc;
-  const F8 shifted = xc + E::kRoundMagic;
-  const F8 n = shifted - E::kRoundMagic;
-  const F8 f = xc - n;
-  F8 p = F8{} + E::kC6;
+  const V shifted = xc + E::kRoundMagic;
+  const V n = shifted - E::kRoundMagic;
+  const V f = xc - n;
+  V p = V{} + E::kC6;
   p = p * f + E::kC5;
   p = p * f + E::kC4;
   p = p * f + E::kC3;
@@ -56,13 +81,19 @@ inline void exp2_shift_vec(const float* x, float shift, F8* out) {
   p = p * f + E::kC1;
   p = p * f + E::kC0;
   // Unsigned lanes: the shift and add wrap modulo 2^32 exactly as in exp2_poly.
-  U8 n_bits, p_bits, keep;
+  U n_bits, p_bits, keep;
   copy_bits(shifted, &n_bits);
   copy_bits(p, &p_bits);
   copy_bits(in_range, &keep);
   n_bits -= core::float_to_bits(E::kRoundMagic);
-  const U8 result = (p_bits + (n_bits << E::kMantissaBits)) & keep;  // out of range: +0.0
+  const U result = (p_bits + (n_bits << E::kMantissaBits)) & keep;  // out of range: +0.0
   copy_bits(result, out);
+}
+
+// The two 8-lane halves of a 16-lane vector.
+inline void split_halves(const F16& v, F8* lo, F8* hi) {
+  std::memcpy(lo, &v, sizeof *lo);
+  std::memcpy(hi, reinterpret_cast<const char*>(&v) + sizeof *lo, sizeof *hi);
 }
 
 inline float sum_lanes(const F8& v) {
@@ -78,9 +109,9 @@ FLASHATTN_ROW_CLONES float row_max(const float* x, int64_t n) {
   int64_t i = 0;
   if (n >= kWidth) {
     F8 acc, v;
-    load8(x, &acc);
+    load(x, &acc);
     for (i = kWidth; i + kWidth <= n; i += kWidth) {
-      load8(x + i, &v);
+      load(x + i, &v);
       acc = v > acc ? v : acc;
     }
     for (int l = 0; l < kWidth; ++l) m = acc[l] > m ? acc[l] : m;
@@ -89,12 +120,22 @@ FLASHATTN_ROW_CLONES float row_max(const float* x, int64_t n) {
   return m;
 }
 
+// The sum runs in 8 lanes, lane l adding x[l], x[l + 8], x[l + 16], ... in that order, whether the
+// exponentials were computed 16 or 8 at a time; then the lanes in order, then the scalar tail.
 FLASHATTN_ROW_CLONES float exp2_shift_sum(float* x, int64_t n, float shift) {
-  F8 acc{}, e;
+  F8 acc{}, e, e_hi;
+  F16 e16;
   int64_t i = 0;
+  for (; i + 2 * kWidth <= n; i += 2 * kWidth) {
+    exp2_shift_vec(x + i, shift, &e16);
+    store(x + i, e16);
+    split_halves(e16, &e, &e_hi);
+    acc += e;
+    acc += e_hi;
+  }
   for (; i + kWidth <= n; i += kWidth) {
     exp2_shift_vec(x + i, shift, &e);
-    store8(x + i, e);
+    store(x + i, e);
     acc += e;
   }
   float tail = 0.0f;
@@ -107,16 +148,22 @@ FLASHATTN_ROW_CLONES float exp2_shift_sum(float* x, int64_t n, float shift) {
 
 FLASHATTN_ROW_CLONES void exp2_shift(float* x, int64_t n, float shift) {
   F8 e;
+  F16 e16;
   int64_t i = 0;
+  for (; i + 2 * kWidth <= n; i += 2 * kWidth) {
+    exp2_shift_vec(x + i, shift, &e16);
+    store(x + i, e16);
+  }
   for (; i + kWidth <= n; i += kWidth) {
     exp2_shift_vec(x + i, shift, &e);
-    store8(x + i, e);
+    store(x + i, e);
   }
   for (; i < n; ++i) x[i] = exp2_poly(x[i] - shift);
 }
 
 const char* row_ops_variant() {
 #ifdef FLASHATTN_ROW_CLONES_ENABLED
+  if (__builtin_cpu_supports("avx512f")) return "avx512f";
   if (__builtin_cpu_supports("avx2")) return "avx2";
 #endif
   return "baseline";

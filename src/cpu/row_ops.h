@@ -1,9 +1,9 @@
 // Element-wise and reduction loops over one fp32 row of a score or output tile.
 //
-// The hot ones (max, exp2 and sum) live in row_ops.cpp as explicit 8-wide vector code, compiled for the
-// baseline ISA and, on x86-64 Linux, also for AVX2 (picked at load time). Both variants perform the
-// same operations in the same order without fused multiply-adds, so they round identically: results
-// depend neither on the thread count nor on which variant runs.
+// The hot ones (max, exp2 and sum) live in row_ops.cpp as explicit vector code, compiled for the
+// baseline ISA and, on x86-64 Linux, also for AVX2 and AVX-512 (picked at load time). Every variant
+// performs the same operations in the same order without fused multiply-adds (sums in 8 lanes), so they
+// round identically: results depend neither on the thread count nor on which variant runs.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +55,7 @@ float row_max(const float* x, int64_t n);
 float exp2_shift_sum(float* x, int64_t n, float shift);
 // x[i] = 2^(x[i] - shift), no sum (backward: the shift is the saved log-sum-exp).
 void exp2_shift(float* x, int64_t n, float shift);
-// Which variant of the loops above runs on this CPU: "avx2" or "baseline".
+// Which variant of the loops above runs on this CPU: "avx512f", "avx2" or "baseline".
 const char* row_ops_variant();
 
 inline void scale_row(float* x, int64_t n, float factor) {

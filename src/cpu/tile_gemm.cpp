@@ -1,5 +1,5 @@
-// Tile products: a blocked, register-tiled GEMM of our own (AVX2/FMA micro-kernel chosen at run time on
-// x86-64, portable loops elsewhere).
+// Tile products: a blocked, register-tiled GEMM of our own (AVX-512 or AVX2/FMA micro-kernel chosen at run
+// time on x86-64, portable loops elsewhere).
 #include "cpu/tile_gemm.h"
 
 #include <algorithm>
@@ -110,6 +110,52 @@ struct PortableMicroKernel {
 };
 
 #ifdef FLASHATTN_CPU_X86_DISPATCH
+// r[i][j] <- r[j][i].
+__attribute__((target("avx2,fma"), always_inline)) inline void transpose8(__m256* r) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// Packs a B micro-panel of NR columns for the x86 micro-kernels; B read transposed (the K tile of
+// S = Q K^T) goes through 8 x 8 register transposes, which replace 64 scalar loads and strided stores by
+// 8 vector loads and 8 vector stores. AVX2 only, so the AVX-512 kernel shares it.
+template <int64_t NR>
+__attribute__((target("avx2,fma"))) void pack_b_panel_x86(Op op, const float* b, int64_t ldb, int64_t cols,
+                                                           int64_t kc, float* panel) {
+  constexpr int64_t kBlock = 8;
+  static_assert(NR % kBlock == 0, "the transposes fill whole groups of 8 columns");
+  if (op == Op::kNone || cols < NR) {
+    pack_b_panel<NR>(op, b, ldb, cols, kc, panel);
+    return;
+  }
+  const int64_t kc_vec = kc / kBlock * kBlock;
+  for (int64_t c0 = 0; c0 < NR; c0 += kBlock) {
+    const float* src = b + c0 * ldb;
+    for (int64_t p0 = 0; p0 < kc_vec; p0 += kBlock) {
+      __m256 r[kBlock];
+      for (int64_t i = 0; i < kBlock; ++i) r[i] = _mm256_loadu_ps(src + i * ldb + p0);
+      transpose8(r);
+      for (int64_t i = 0; i < kBlock; ++i) _mm256_storeu_ps(panel + (p0 + i) * NR + c0, r[i]);
+    }
+    for (int64_t p = kc_vec; p < kc; ++p)
+      for (int64_t i = 0; i < kBlock; ++i) panel[p * NR + c0 + i] = src[i * ldb + p];
+  }
+}
+
 // AVX2 + FMA micro-kernel: 6 x 16 accumulators in 12 of the 16 ymm registers, two B vectors and one
 // broadcast A value per depth step. Compiled for AVX2 by attribute only; called only when the CPU has it.
 struct Avx2MicroKernel {
@@ -129,46 +175,9 @@ struct Avx2MicroKernel {
     _mm256_storeu_ps(c, x0);
     _mm256_storeu_ps(c + 8, x1);
   }
-  // Packs a B micro-panel; B read transposed (the K tile of S = Q K^T) goes through 8 x 8 register
-  // transposes, which replace 64 scalar loads and strided stores by 8 vector loads and 8 vector stores.
   __attribute__((target("avx2,fma"))) static void pack_b(Op op, const float* b, int64_t ldb, int64_t cols,
                                                           int64_t kc, float* panel) {
-    constexpr int64_t kBlock = 8;
-    if (op == Op::kNone || cols < kCols) {
-      pack_b_panel<kCols>(op, b, ldb, cols, kc, panel);
-      return;
-    }
-    const int64_t kc_vec = kc / kBlock * kBlock;
-    for (int64_t c0 = 0; c0 < kCols; c0 += kBlock) {
-      const float* src = b + c0 * ldb;
-      for (int64_t p0 = 0; p0 < kc_vec; p0 += kBlock) {
-        __m256 r[kBlock];
-        for (int64_t i = 0; i < kBlock; ++i) r[i] = _mm256_loadu_ps(src + i * ldb + p0);
-        transpose8(r);
-        for (int64_t i = 0; i < kBlock; ++i) _mm256_storeu_ps(panel + (p0 + i) * kCols + c0, r[i]);
-      }
-      for (int64_t p = kc_vec; p < kc; ++p)
-        for (int64_t i = 0; i < kBlock; ++i) panel[p * kCols + c0 + i] = src[i * ldb + p];
-    }
-  }
-  // r[i][j] <- r[j][i].
-  __attribute__((target("avx2,fma"), always_inline)) static inline void transpose8(__m256* r) {
-    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+    pack_b_panel_x86<kCols>(op, b, ldb, cols, kc, panel);
   }
   __attribute__((target("avx2,fma"))) static void run(int64_t kc, PanelA pa, PanelB pb, float* c, int64_t ldc,
                                                        WriteBack wb) {
@@ -219,8 +228,63 @@ struct Avx2MicroKernel {
   }
 };
 
+// AVX-512 micro-kernel: 8 x 32 accumulators in 16 of the 32 zmm registers, two B vectors and one
+// broadcast A value per depth step. Every element is accumulated over the depth in the same order and
+// written back with the same operations as in the AVX2 kernel, so the two give the same bits.
+struct Avx512MicroKernel {
+  static constexpr int64_t kRows = 8;
+  static constexpr int64_t kCols = 32;
+  static constexpr bool kReadsAInPlace = true;
+  __attribute__((target("avx2,fma"))) static void pack_b(Op op, const float* b, int64_t ldb, int64_t cols,
+                                                          int64_t kc, float* panel) {
+    pack_b_panel_x86<kCols>(op, b, ldb, cols, kc, panel);
+  }
+  __attribute__((target("avx512f"))) static void run(int64_t kc, PanelA pa, PanelB pb, float* c, int64_t ldc,
+                                                      WriteBack wb) {
+    constexpr int kVectors = kCols / 16;
+    __m512 acc[kRows][kVectors];
+    const float* a[kRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      acc[r][0] = _mm512_setzero_ps();
+      acc[r][1] = _mm512_setzero_ps();
+      a[r] = pa.a + r * pa.row_stride;
+      // Start fetching the C rows now: their strided lines would otherwise stall the write-back.
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + kCols - 1), _MM_HINT_T0);
+    }
+    const float* b = pb.b;
+    for (int64_t p = 0, off = 0; p < kc; ++p, off += pa.depth_stride, b += pb.depth_stride) {
+      const __m512 b0 = _mm512_loadu_ps(b);
+      const __m512 b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) {
+        const __m512 x = _mm512_set1_ps(a[r][off]);
+        acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+      }
+    }
+    const __m512 alpha = _mm512_set1_ps(wb.alpha);
+    const __m512 beta = _mm512_set1_ps(wb.beta);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+      for (int v = 0; v < kVectors; ++v) {
+        float* dst = c + r * ldc + 16 * v;
+        __m512 x = _mm512_mul_ps(alpha, acc[r][v]);
+        if (!wb.overwrite) x = _mm512_fmadd_ps(beta, _mm512_loadu_ps(dst), x);
+        _mm512_storeu_ps(dst, x);
+      }
+    }
+  }
+};
+
 bool cpu_has_avx2_fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+bool cpu_has_avx512() {
+  static const bool has = cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f");
   return has;
 }
 #endif
@@ -264,7 +328,7 @@ void gemm_blocked(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha
   thread_local PackBuffer a_buffer, b_buffer;
   float* a_pack = a_buffer.get(size_t((direct_a ? MR : std::min(round_up(m, MR), kRowBlock)) * kc_max));
   float* b_pack = b_buffer.get(size_t(round_up(n, NR) * kc_max));
-  float edge[MR * NR];  // result of a micro-tile that overhangs C, copied out element by element
+  float edge[MR * NR] = {};  // a micro-tile that overhangs C, copied in and out element by element
   const int64_t a_row_stride = op_a == Op::kNone ? lda : 1;
   const int64_t a_depth_stride = op_a == Op::kNone ? 1 : lda;
 
@@ -295,12 +359,14 @@ void gemm_blocked(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha
             Micro::run(kc, pa, pb, ctile, ldc, wb);
             continue;
           }
-          Micro::run(kc, pa, pb, edge, NR, WriteBack{});
+          // The overhanging tile goes through the micro-kernel's own write-back on a copy, so an element
+          // rounds the same whether it falls in a full tile or an edge one.
+          if (!wb.overwrite)
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t j = 0; j < nc; ++j) edge[r * NR + j] = ctile[r * ldc + j];
+          Micro::run(kc, pa, pb, edge, NR, wb);
           for (int64_t r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < nc; ++j) {
-              float& out = ctile[r * ldc + j];
-              out = wb.overwrite ? alpha * edge[r * NR + j] : wb.beta * out + alpha * edge[r * NR + j];
-            }
+            for (int64_t j = 0; j < nc; ++j) ctile[r * ldc + j] = edge[r * NR + j];
         }
       }
     }
@@ -309,44 +375,71 @@ void gemm_blocked(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha
 
 }  // namespace
 
-void tile_gemm_native(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                      int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    scale_c(m, n, beta, c, ldc);
-    return;
+const char* tile_gemm_impl_name(TileGemmImpl impl) {
+  switch (impl) {
+    case TileGemmImpl::kAvx512:
+      return "avx512";
+    case TileGemmImpl::kAvx2:
+      return "avx2";
+    case TileGemmImpl::kPortable:
+      break;
   }
-#ifdef FLASHATTN_CPU_X86_DISPATCH
-  if (cpu_has_avx2_fma()) {
-    gemm_blocked<Avx2MicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-#endif
-  gemm_blocked<PortableMicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-const char* tile_gemm_native_name() {
-#ifdef FLASHATTN_CPU_X86_DISPATCH
-  if (cpu_has_avx2_fma()) return "avx2";
-#endif
   return "portable";
 }
 
-void tile_gemm_portable(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                        int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+bool tile_gemm_impl_available(TileGemmImpl impl) {
+  switch (impl) {
+#ifdef FLASHATTN_CPU_X86_DISPATCH
+    case TileGemmImpl::kAvx512:
+      return cpu_has_avx512();
+    case TileGemmImpl::kAvx2:
+      return cpu_has_avx2_fma();
+#else
+    case TileGemmImpl::kAvx512:
+    case TileGemmImpl::kAvx2:
+      return false;
+#endif
+    case TileGemmImpl::kPortable:
+      break;
+  }
+  return true;
+}
+
+TileGemmImpl tile_gemm_best_impl() {
+  for (TileGemmImpl impl : {TileGemmImpl::kAvx512, TileGemmImpl::kAvx2})
+    if (tile_gemm_impl_available(impl)) return impl;
+  return TileGemmImpl::kPortable;
+}
+
+void tile_gemm_with(TileGemmImpl impl, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     scale_c(m, n, beta, c, ldc);
     return;
   }
-  gemm_blocked<PortableMicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  // An implementation this CPU lacks falls back to the portable one rather than fault.
+  if (!tile_gemm_impl_available(impl)) impl = TileGemmImpl::kPortable;
+  switch (impl) {
+#ifdef FLASHATTN_CPU_X86_DISPATCH
+    case TileGemmImpl::kAvx512:
+      gemm_blocked<Avx512MicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    case TileGemmImpl::kAvx2:
+      gemm_blocked<Avx2MicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+#endif
+    default:
+      gemm_blocked<PortableMicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
 }
 
 void tile_gemm(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  tile_gemm_native(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  static const TileGemmImpl best = tile_gemm_best_impl();
+  tile_gemm_with(best, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-const char* tile_gemm_impl() { return tile_gemm_native_name(); }
+const char* tile_gemm_impl() { return tile_gemm_impl_name(tile_gemm_best_impl()); }
 
 }  // namespace flashattn::detail::cpu

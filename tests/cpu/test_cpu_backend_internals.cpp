@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -38,11 +39,11 @@ float at(Op op, const std::vector<float>& x, int64_t ld, int64_t i, int64_t j) {
   return op == Op::kNone ? x[size_t(i * ld + j)] : x[size_t(j * ld + i)];
 }
 
-using GemmFn = void (*)(Op, Op, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
-                        float, float*, int64_t);
+using GemmFn = std::function<void(Op, Op, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*,
+                                  int64_t, float, float*, int64_t)>;
 
 // Runs one product against a float64 loop; C starts as NaN when beta == 0 (it must not be read).
-void check_gemm(GemmFn gemm, const GemmCase& g, std::mt19937_64& rng) {
+void check_gemm(const GemmFn& gemm, const GemmCase& g, std::mt19937_64& rng) {
   SCOPED_TRACE(::testing::Message() << "m " << g.m << " n " << g.n << " k " << g.k << " op_a " << int(g.op_a)
                                     << " op_b " << int(g.op_b) << " alpha " << g.alpha << " beta " << g.beta
                                     << " pad " << g.pad);
@@ -92,15 +93,52 @@ std::vector<GemmCase> gemm_cases() {
   return v;
 }
 
-TEST(CpuTileGemm, NativeMatchesFloat64Loops) {
-  std::mt19937_64 rng(1);
-  SCOPED_TRACE(std::string("micro-kernel ") + cpu::tile_gemm_native_name());
-  for (const GemmCase& g : gemm_cases()) check_gemm(&cpu::tile_gemm_native, g, rng);
+// Every micro-kernel this CPU runs, against the float64 loops (one this CPU lacks is skipped, by name).
+class CpuTileGemmImpl : public ::testing::TestWithParam<cpu::TileGemmImpl> {};
+
+TEST_P(CpuTileGemmImpl, MatchesFloat64Loops) {
+  const cpu::TileGemmImpl impl = GetParam();
+  if (!cpu::tile_gemm_impl_available(impl))
+    GTEST_SKIP() << "this CPU (or this build) has no " << cpu::tile_gemm_impl_name(impl) << " micro-kernel";
+  std::mt19937_64 rng(1 + uint64_t(impl));
+  const GemmFn gemm = [impl](Op oa, Op ob, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                             int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    cpu::tile_gemm_with(impl, oa, ob, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  };
+  for (const GemmCase& g : gemm_cases()) check_gemm(gemm, g, rng);
 }
 
-TEST(CpuTileGemm, PortableMatchesFloat64Loops) {
-  std::mt19937_64 rng(2);
-  for (const GemmCase& g : gemm_cases()) check_gemm(&cpu::tile_gemm_portable, g, rng);
+INSTANTIATE_TEST_SUITE_P(AllMicroKernels, CpuTileGemmImpl,
+                         ::testing::Values(cpu::TileGemmImpl::kAvx512, cpu::TileGemmImpl::kAvx2,
+                                           cpu::TileGemmImpl::kPortable),
+                         [](const ::testing::TestParamInfo<cpu::TileGemmImpl>& info) {
+                           return std::string(cpu::tile_gemm_impl_name(info.param));
+                         });
+
+// The two x86 kernels accumulate every element in the same order with fused multiply-adds and write back
+// the same way: the choice between them must not change a bit of any result.
+TEST(CpuTileGemm, Avx512AndAvx2GiveTheSameBits) {
+  if (!cpu::tile_gemm_impl_available(cpu::TileGemmImpl::kAvx512))
+    GTEST_SKIP() << "this CPU (or this build) has no avx512 micro-kernel";
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (const GemmCase& g : gemm_cases()) {
+    SCOPED_TRACE(::testing::Message() << "m " << g.m << " n " << g.n << " k " << g.k << " op_a " << int(g.op_a)
+                                      << " op_b " << int(g.op_b) << " beta " << g.beta);
+    const int64_t lda = (g.op_a == Op::kNone ? g.k : g.m) + g.pad, ldb = (g.op_b == Op::kNone ? g.n : g.k) + g.pad;
+    const int64_t ldc = g.n + g.pad;
+    std::vector<float> a(size_t((g.op_a == Op::kNone ? g.m : g.k) * lda));
+    std::vector<float> b(size_t((g.op_b == Op::kNone ? g.k : g.n) * ldb)), c(size_t(g.m * ldc));
+    for (float& x : a) x = dist(rng);
+    for (float& x : b) x = dist(rng);
+    for (float& x : c) x = dist(rng);
+    std::vector<float> c512 = c, c256 = c;
+    cpu::tile_gemm_with(cpu::TileGemmImpl::kAvx512, g.op_a, g.op_b, g.m, g.n, g.k, g.alpha, a.data(), lda,
+                        b.data(), ldb, g.beta, c512.data(), ldc);
+    cpu::tile_gemm_with(cpu::TileGemmImpl::kAvx2, g.op_a, g.op_b, g.m, g.n, g.k, g.alpha, a.data(), lda, b.data(),
+                        ldb, g.beta, c256.data(), ldc);
+    ASSERT_EQ(std::memcmp(c512.data(), c256.data(), c.size() * sizeof(float)), 0);
+  }
 }
 
 TEST(CpuTileGemm, EmptyDepthScalesC) {
@@ -161,7 +199,7 @@ TEST(CpuRowOps, VectorLoopsMatchTheScalarPolynomialBitwise) {
   SCOPED_TRACE(std::string("row loops variant ") + cpu::row_ops_variant());
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> dist(-40.0f, 4.0f);
-  for (int64_t n : {0, 1, 7, 8, 9, 31, 64, 129, 256}) {
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 23, 24, 31, 64, 129, 256}) {
     std::vector<float> x(static_cast<size_t>(n));
     for (float& v : x) v = dist(rng);
     if (n > 3) x[2] = -std::numeric_limits<float>::infinity();
@@ -175,7 +213,18 @@ TEST(CpuRowOps, VectorLoopsMatchTheScalarPolynomialBitwise) {
       v = cpu::exp2_poly(v - shift);
       sum += v;
     }
+    // The documented order: 8 lanes, lane l adding elements l, l + 8, ... of the whole groups of 8; then
+    // the lanes in order; then the tail.
+    constexpr int64_t kLanes = 8;
+    float lane[kLanes] = {}, tail = 0.0f;
+    const int64_t whole = n / kLanes * kLanes;
+    for (int64_t i = 0; i < whole; ++i) lane[i % kLanes] += scalar[size_t(i)];
+    for (int64_t i = whole; i < n; ++i) tail += scalar[size_t(i)];
+    float ordered_sum = 0.0f;
+    for (float l : lane) ordered_sum += l;
+    ordered_sum += tail;
     const float got_sum = cpu::exp2_shift_sum(summed.data(), n, shift);
+    EXPECT_EQ(std::memcmp(&got_sum, &ordered_sum, sizeof got_sum), 0) << "n " << n;
     cpu::exp2_shift(plain.data(), n, shift);
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(std::memcmp(&summed[size_t(i)], &scalar[size_t(i)], sizeof(float)), 0) << "n " << n << " i " << i;
