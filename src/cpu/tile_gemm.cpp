@@ -19,10 +19,10 @@ constexpr int64_t kDepthBlock = 256;
 // Rows of A packed at once (a multiple of every micro-kernel's row count), resident in L2 while the B
 // micro-panels stream through L1. Measured on the development machine: 72 beats 24..288 at n >= 512.
 constexpr int64_t kRowBlock = 72;
-// An A operand up to this many floats (256 KiB: an attention tile in L2) is read in place by the AVX2
-// micro-kernel instead of being packed: packing would only add a second copy to the cache footprint.
-// (B is always packed: read in place, its rows sit a power-of-two stride apart in typical tiles and
-// fall into a handful of L1 sets.)
+// An A operand up to this many floats (256 KiB: an attention tile in L2) is read in place by the x86
+// micro-kernels instead of being packed: packing would only add a second copy to the cache footprint.
+// (B is packed whenever several A panels read it: in place, its rows sit a power-of-two stride apart in
+// typical tiles and fall into a handful of L1 sets.)
 constexpr int64_t kDirectMaxFloats = 64 * 1024;
 
 int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
@@ -315,8 +315,9 @@ class PackBuffer {
 };
 
 // C = alpha op(A) op(B) + beta C in depth blocks of kDepthBlock and row blocks of kRowBlock, the
-// micro-kernel running over (B micro-panel, A micro-panel) pairs. B is packed; a small A is read in place
-// where the micro-kernel allows it (only a partial edge panel is packed, zero-padded).
+// micro-kernel running over (B micro-panel, A micro-panel) pairs. B is packed unless a single A panel
+// reads it (decode's few query rows); a small A is read in place where the micro-kernel allows it. Only
+// partial edge panels are then packed, zero-padded.
 template <typename Micro>
 void gemm_blocked(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -324,6 +325,7 @@ void gemm_blocked(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha
   constexpr int64_t NR = Micro::kCols;
   static_assert(kRowBlock % MR == 0, "the row block must hold whole micro-panels");
   const bool direct_a = Micro::kReadsAInPlace && m * k <= kDirectMaxFloats;
+  const bool direct_b = op_b == Op::kNone && m <= MR;
   const int64_t kc_max = std::min(k, kDepthBlock);
   thread_local PackBuffer a_buffer, b_buffer;
   float* a_pack = a_buffer.get(size_t((direct_a ? MR : std::min(round_up(m, MR), kRowBlock)) * kc_max));
@@ -339,7 +341,10 @@ void gemm_blocked(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha
     wb.alpha = alpha;
     wb.beta = p0 == 0 ? beta : 1.0f;
     wb.overwrite = p0 == 0 && beta == 0.0f;
-    for (int64_t j0 = 0; j0 < n; j0 += NR)
+    // Whole B panels are read in place when B is not transposed and only one A panel passes over them
+    // (each B element is then read once: a packed copy would cost more than it saves).
+    const int64_t n_direct = direct_b ? n / NR * NR : 0;
+    for (int64_t j0 = n_direct; j0 < n; j0 += NR)
       Micro::pack_b(op_b, b_at(op_b, b, ldb, p0, j0), ldb, std::min(NR, n - j0), kc, b_pack + j0 * kc);
     for (int64_t i0 = 0; i0 < m; i0 += kRowBlock) {
       const int64_t mc = std::min(kRowBlock, m - i0);
@@ -349,7 +354,7 @@ void gemm_blocked(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha
                          a_pack + (ib - mc_full) * kc);
       for (int64_t j0 = 0; j0 < n; j0 += NR) {
         const int64_t nc = std::min(NR, n - j0);
-        const PanelB pb{b_pack + j0 * kc, NR};
+        const PanelB pb = j0 < n_direct ? PanelB{b_at(op_b, b, ldb, p0, j0), ldb} : PanelB{b_pack + j0 * kc, NR};
         for (int64_t ib = 0; ib < mc; ib += MR) {
           const int64_t rows = std::min(MR, mc - ib);
           const PanelA pa = ib < mc_full ? PanelA{a_at(op_a, a, lda, i0 + ib, p0), a_row_stride, a_depth_stride}

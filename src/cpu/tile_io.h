@@ -29,11 +29,9 @@ inline void load_row(const void* base, DType dtype, int64_t offset, int64_t n, f
     case DType::kFloat16:
       fp16_to_float_row(static_cast<const uint16_t*>(base) + offset, n, dst);
       return;
-    case DType::kBFloat16: {
-      const uint16_t* src = static_cast<const uint16_t*>(base) + offset;
-      for (int64_t i = 0; i < n; ++i) dst[i] = core::bf16_bits_to_float(src[i]);
+    case DType::kBFloat16:
+      bf16_to_float_row(static_cast<const uint16_t*>(base) + offset, n, dst);
       return;
-    }
     default:
       // cpu_check rejects every other dtype before a kernel runs.
       return;

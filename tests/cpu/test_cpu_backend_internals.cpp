@@ -82,7 +82,7 @@ void check_gemm(const GemmFn& gemm, const GemmCase& g, std::mt19937_64& rng) {
 std::vector<GemmCase> gemm_cases() {
   std::vector<GemmCase> v;
   const int64_t sizes[][3] = {{1, 1, 1}, {5, 7, 3}, {6, 16, 1}, {13, 17, 19}, {64, 64, 64}, {71, 33, 257},
-                              {128, 256, 64}, {130, 70, 300}, {200, 48, 129}, {3, 300, 513}};
+                              {128, 256, 64}, {130, 70, 300}, {200, 48, 129}, {3, 300, 513}, {4, 96, 128}};
   for (const auto& s : sizes)
     for (Op oa : {Op::kNone, Op::kTranspose})
       for (Op ob : {Op::kNone, Op::kTranspose}) {
@@ -236,7 +236,7 @@ TEST(CpuRowOps, VectorLoopsMatchTheScalarPolynomialBitwise) {
 
 TEST(CpuConvert, Fp16RowsMatchTheScalarConversionForEveryBitPattern) {
   constexpr int64_t kPatterns = 1 << 16;
-  std::vector<uint16_t> src(kPatterns + 3);  // + 3: a tail that the 8-wide loop leaves to scalar code
+  std::vector<uint16_t> src(kPatterns + 3);  // + 3: a tail that the 8- and 16-wide loops leave to scalar code
   for (int64_t i = 0; i < int64_t(src.size()); ++i) src[size_t(i)] = uint16_t(i % kPatterns);
   std::vector<float> got(src.size());
   cpu::fp16_to_float_row(src.data(), int64_t(src.size()), got.data());
@@ -246,6 +246,18 @@ TEST(CpuConvert, Fp16RowsMatchTheScalarConversionForEveryBitPattern) {
       ASSERT_TRUE(std::isnan(got[i])) << "pattern " << src[i];
       continue;
     }
+    ASSERT_EQ(std::memcmp(&got[i], &want, sizeof want), 0) << "pattern " << src[i];
+  }
+}
+
+TEST(CpuConvert, Bf16RowsMatchTheScalarConversionForEveryBitPattern) {
+  constexpr int64_t kPatterns = 1 << 16;
+  std::vector<uint16_t> src(kPatterns + 3);  // + 3: a tail that the 8- and 16-wide loops leave to scalar code
+  for (int64_t i = 0; i < int64_t(src.size()); ++i) src[size_t(i)] = uint16_t((i * 40503) % kPatterns);
+  std::vector<float> got(src.size());
+  cpu::bf16_to_float_row(src.data(), int64_t(src.size()), got.data());
+  for (size_t i = 0; i < src.size(); ++i) {
+    const float want = fa::core::bf16_bits_to_float(src[i]);  // exact, NaN payloads included
     ASSERT_EQ(std::memcmp(&got[i], &want, sizeof want), 0) << "pattern " << src[i];
   }
 }
