@@ -16,8 +16,10 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <map>
 #include <new>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "api/backend.h"
@@ -39,6 +41,10 @@ constexpr TileShape kDecodeTile{/*stacked_rows=*/256, /*block_keys=*/128};
 // Tasks per worker the heuristic aims for: more than one, so the dynamic queue can even out chunks of
 // sequences with very different lengths.
 constexpr int64_t kDecodeTasksPerWorker = 2;
+// A task's K and V blocks of all its KV heads, in fp32, should fit a core's L2 cache: at most this many
+// bytes, with blocks of no fewer than kMinGroupBlockKeys keys (the products' column panels).
+constexpr int64_t kGroupBlockBytes = 512 * 1024;
+constexpr int64_t kMinGroupBlockKeys = 32;
 
 // The query side of the call as a detail::Problem (padded layout, no varlen), so the tiling helpers
 // (query tiles, stacked loads and stores) serve the decode kernel too. Only the query-side fields are set.
@@ -94,22 +100,47 @@ int64_t wanted_splits(const KVCacheProblem& p, int64_t heuristic, int64_t keys) 
   return std::max<int64_t>(1, std::min(heuristic, keys / kMinSplitKeys));
 }
 
+// The tiles one task attends together: every KV head's tile of the same sequence, query rows and query
+// heads within the group. Their rows see the same keys (the mask depends on the sequence and the rows
+// only), so one pass over a key's cache row gathers K (or V) for all of them: in the token-major cache
+// the KV heads of one key are contiguous, where one head's rows alone lie heads_kv * head_dim apart, a
+// pattern that streams at half the rate on the CPU.
+struct TileGroup {
+  std::vector<size_t> tiles;  // into DecodePlan::tiles, in KV-head order
+};
+
 struct DecodeTask {
-  size_t tile = 0;
+  size_t group = 0;
   int64_t split = 0;
 };
 
 struct DecodePlan {
   std::vector<QueryTile> tiles;
-  std::vector<KeySplit> keys;          // per tile
+  std::vector<KeySplit> keys;          // per tile (the same within a group)
   std::vector<int64_t> partial_base;   // per tile: first partial row (of stacked x splits), -1: direct store
+  std::vector<TileGroup> groups;
   std::vector<DecodeTask> tasks;
   int64_t partial_rows = 0;
+  int64_t group_tiles = 1;  // tiles per group (heads_kv)
+  int64_t block_keys = 0;   // keys per block of a task
 };
+
+// Keys per block: kDecodeTile's, halved while a group's K and V blocks in fp32 exceed kGroupBlockBytes
+// (so they stay in a core's L2), but not below kMinGroupBlockKeys.
+int64_t group_block_keys(int64_t group_tiles, int64_t head_dim) {
+  int64_t keys = kDecodeTile.block_keys;
+  while (keys > kMinGroupBlockKeys && 2 * group_tiles * keys * head_dim * int64_t(sizeof(float)) > kGroupBlockBytes)
+    keys /= 2;
+  return keys;
+}
 
 DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuristic) {
   DecodePlan plan;
   plan.tiles = make_query_tiles(qp, kDecodeTile);
+  // Tiles of one group differ only in their KV head (and so in their query heads): a group is found by
+  // its sequence, first row and first query head within the group of heads.
+  const int64_t heads_per_kv = kp.heads_q / kp.heads_kv;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, size_t> group_of;
   for (size_t t = 0; t < plan.tiles.size(); ++t) {
     const QueryTile& tile = plan.tiles[t];
     const core::MaskSpec mask = kp.mask(tile.batch);
@@ -118,8 +149,20 @@ DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuris
     plan.keys.push_back(k);
     plan.partial_base.push_back(k.splits > 1 ? plan.partial_rows : -1);
     if (k.splits > 1) plan.partial_rows += k.splits * tile.stacked();
-    for (int64_t i = 0; i < k.splits; ++i) plan.tasks.push_back({t, i});
+    const auto key = std::make_tuple(tile.batch, tile.row_begin, tile.head_begin - tile.kv_head * heads_per_kv);
+    const auto found = group_of.emplace(key, plan.groups.size());
+    if (found.second) plan.groups.emplace_back();
+    plan.groups[found.first->second].tiles.push_back(t);
   }
+  // Groups keep the order of their first tile (the most expensive first); tiles go in KV-head order.
+  for (TileGroup& g : plan.groups) {
+    std::sort(g.tiles.begin(), g.tiles.end(),
+              [&](size_t a, size_t b) { return plan.tiles[a].kv_head < plan.tiles[b].kv_head; });
+    plan.group_tiles = std::max(plan.group_tiles, int64_t(g.tiles.size()));
+  }
+  for (size_t g = 0; g < plan.groups.size(); ++g)
+    for (int64_t i = 0; i < plan.keys[plan.groups[g].tiles.front()].splits; ++i) plan.tasks.push_back({g, i});
+  plan.block_keys = group_block_keys(plan.group_tiles, kp.head_dim);
   return plan;
 }
 
@@ -145,15 +188,15 @@ void append_new_tokens(const KVCacheProblem& p) {
 }
 
 enum DecodeBuffer : size_t {
-  kQ,       // [stacked x d] query rows, fp32
-  kO,       // [stacked x d] unnormalized output accumulator; the merged output in the merge pass
-  kS,       // [stacked x Bc] scores, then probabilities in place
-  kK,       // [Bc x d] K rows gathered from the cache, fp32
-  kV,       // [Bc x d] V rows
+  kQ,       // [group tiles][stacked x d] query rows, fp32
+  kO,       // [group tiles][stacked x d] unnormalized output accumulators; the merged output in the merge pass
+  kS,       // [stacked x Bc] scores, then probabilities in place (one tile at a time)
+  kK,       // [group tiles][Bc x d] K rows gathered from the cache, fp32
+  kV,       // [group tiles][Bc x d] V rows
   kFactor,  // [stacked] 1 / row sum at the end
 };
 
-// Step 2 for one (tile, chunk) task, and step 3 for one tile.
+// Step 2 for one (tile group, chunk) task, and step 3 for one tile.
 class DecodeRunner {
  public:
   DecodeRunner(const KVCacheProblem& kp, const Problem& qp, const DecodePlan& plan, float* partial_o,
@@ -163,56 +206,73 @@ class DecodeRunner {
         plan_(plan),
         d_(kp.head_dim),
         max_stacked_(heads_per_tile(qp, kDecodeTile) * rows_per_tile(qp, kDecodeTile)),
+        tile_floats_(max_stacked_ * d_),
+        block_floats_(plan.block_keys * d_),
         partial_o_(partial_o),
         partial_lse_(partial_lse),
-        scratch_({max_stacked_ * d_, max_stacked_ * d_, max_stacked_ * kDecodeTile.block_keys,
-                  kDecodeTile.block_keys * d_, kDecodeTile.block_keys * d_, max_stacked_}),
-        rows_(size_t(max_stacked_)) {}
+        scratch_({plan.group_tiles * tile_floats_, plan.group_tiles * tile_floats_, max_stacked_ * plan.block_keys,
+                  plan.group_tiles * block_floats_, plan.group_tiles * block_floats_, max_stacked_}),
+        rows_(size_t(plan.group_tiles * max_stacked_)) {}
 
   void attend(const DecodeTask& task) {
-    const QueryTile& tile = plan_.tiles[task.tile];
-    const KeySplit& keys = plan_.keys[task.tile];
-    const int64_t m = tile.stacked();
-    const int64_t bc = kDecodeTile.block_keys;
-    const core::MaskSpec mask = kp_.mask(tile.batch);
-    float* q = scratch_[kQ];
-    float* o = scratch_[kO];
+    const std::vector<size_t>& tiles = plan_.groups[task.group].tiles;
+    const int64_t count = int64_t(tiles.size());
+    // The tiles of a group share the sequence, the rows and so the mask, the key chunks and the row count.
+    const QueryTile& lead = plan_.tiles[tiles.front()];
+    const KeySplit& keys = plan_.keys[tiles.front()];
+    const int64_t m = lead.stacked();
+    const int64_t bc = plan_.block_keys;
+    const core::MaskSpec mask = kp_.mask(lead.batch);
     float* s = scratch_[kS];
     float* k = scratch_[kK];
     float* v = scratch_[kV];
 
-    load_stacked(qp_, qp_.q, tile, q);
-    fill_row(o, m * d_, 0.0f);
-    std::fill(rows_.begin(), rows_.begin() + m, core::OnlineSoftmaxRow{});
+    for (int64_t g = 0; g < count; ++g) {
+      load_stacked(qp_, qp_.q, plan_.tiles[tiles[size_t(g)]], q_of(g));
+      fill_row(o_of(g), m * d_, 0.0f);
+      std::fill(rows_of(g), rows_of(g) + m, core::OnlineSoftmaxRow{});
+    }
 
     // Softcap needs the score in natural units before the cap; without it fold log2(e) into the product.
     const float alpha = kp_.softcap > 0.0f ? kp_.scale : kp_.scale * core::kLog2e;
     const int64_t c0 = keys.chunk_begin(task.split), c1 = keys.chunk_end(task.split);
     for (int64_t k0 = c0; k0 < c1; k0 += bc) {
       const int64_t kn = std::min(bc, c1 - k0);
-      gather_rows(kp_.k_cache, tile, k0, kn, k);
-      gather_rows(kp_.v_cache, tile, k0, kn, v);
-      tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, q, d_, k, d_, /*beta=*/0.0f, s, bc);
-      online_softmax_block(s, bc, m, kn, k0, tile, mask, kp_.softcap, o, d_, rows_.data(), [] {});
-      tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, bc, v, d_, /*beta=*/1.0f, o, d_);
+      gather_rows(kp_.k_cache, tiles, lead.batch, k0, kn, k);
+      gather_rows(kp_.v_cache, tiles, lead.batch, k0, kn, v);
+      for (int64_t g = 0; g < count; ++g) {
+        const QueryTile& tile = plan_.tiles[tiles[size_t(g)]];
+        float* o = o_of(g);
+        tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, q_of(g), d_, k + g * block_floats_, d_,
+                  /*beta=*/0.0f, s, bc);
+        online_softmax_block(s, bc, m, kn, k0, tile, mask, kp_.softcap, o, d_, rows_of(g), [] {});
+        tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, bc, v + g * block_floats_, d_, /*beta=*/1.0f,
+                  o, d_);
+      }
     }
+    for (int64_t g = 0; g < count; ++g) finish(tiles[size_t(g)], task.split, o_of(g), rows_of(g));
+  }
 
+  // A tile's rows after its chunk: the output (a tile with one chunk) or the chunk's partial rows.
+  void finish(size_t t, int64_t split, const float* o, const core::OnlineSoftmaxRow* rows) {
+    const QueryTile& tile = plan_.tiles[t];
+    const int64_t m = tile.stacked();
     // Rows that saw no key keep O = 0 and a zero sum: inv_sum() is 0 and lse() is -inf, never NaN.
     float* factor = scratch_[kFactor];
-    for (int64_t r = 0; r < m; ++r) factor[r] = rows_[size_t(r)].inv_sum();
-    const int64_t base = plan_.partial_base[task.tile];
+    for (int64_t r = 0; r < m; ++r) factor[r] = rows[r].inv_sum();
+    const int64_t base = plan_.partial_base[t];
     if (base < 0) {
       store_stacked(qp_, o, factor, tile, qp_.out);
       if (kp_.lse.present())
-        for (int64_t r = 0; r < m; ++r) *lse_ptr(tile, r) = rows_[size_t(r)].lse();
+        for (int64_t r = 0; r < m; ++r) *lse_ptr(tile, r) = rows[r].lse();
       return;
     }
     // Partial rows of chunk i: [base + i * m, base + (i + 1) * m), normalized, with their LSE.
-    const int64_t first = base + task.split * m;
+    const int64_t first = base + split * m;
     for (int64_t r = 0; r < m; ++r) {
       float* dst = partial_o_ + (first + r) * d_;
       for (int64_t x = 0; x < d_; ++x) dst[x] = o[r * d_ + x] * factor[r];
-      partial_lse_[first + r] = rows_[size_t(r)].lse();
+      partial_lse_[first + r] = rows[r].lse();
     }
   }
 
@@ -247,11 +307,21 @@ class DecodeRunner {
 
  private:
   // Keys [k0, k0 + kn) of the tile's KV head, gathered row by row: a paged cache scatters them.
-  void gather_rows(const CacheStrided& c, const QueryTile& tile, int64_t k0, int64_t kn, float* dst) const {
-    for (int64_t i = 0; i < kn; ++i)
-      load_row(c.ptr, kp_.dtype, kp_.cache_row(c, tile.batch, k0 + i) + tile.kv_head * c.head_stride, d_,
-               dst + i * d_);
+  // Rows [k0, k0 + kn) of every tile's KV head into that tile's block, key by key: the heads of one key
+  // are read one after another (contiguous in the usual cache layout).
+  void gather_rows(const CacheStrided& c, const std::vector<size_t>& tiles, int64_t batch, int64_t k0, int64_t kn,
+                   float* dst) const {
+    for (int64_t i = 0; i < kn; ++i) {
+      const int64_t row = kp_.cache_row(c, batch, k0 + i);
+      for (size_t g = 0; g < tiles.size(); ++g)
+        load_row(c.ptr, kp_.dtype, row + plan_.tiles[tiles[g]].kv_head * c.head_stride, d_,
+                 dst + int64_t(g) * block_floats_ + i * d_);
+    }
   }
+
+  float* q_of(int64_t g) const { return scratch_[kQ] + g * tile_floats_; }
+  float* o_of(int64_t g) const { return scratch_[kO] + g * tile_floats_; }
+  core::OnlineSoftmaxRow* rows_of(int64_t g) { return rows_.data() + g * max_stacked_; }
 
   float* lse_ptr(const QueryTile& tile, int64_t stacked_row) const {
     const int64_t g = stacked_row / tile.rows, r = stacked_row % tile.rows;
@@ -264,6 +334,8 @@ class DecodeRunner {
   const DecodePlan& plan_;
   const int64_t d_;
   const int64_t max_stacked_;
+  const int64_t tile_floats_;   // one tile's q or o
+  const int64_t block_floats_;  // one tile's K or V block
   float* partial_o_;
   float* partial_lse_;
   Scratch scratch_;
@@ -302,17 +374,19 @@ Status run_decode(const KVCacheProblem& kp, int workers) {
 
 }  // namespace
 
-// Flash-Decoding's point: with one or a few query rows per sequence, (batch x KV head) tiles are too
-// few to occupy the workers, so the keys are split too. Aim for kDecodeTasksPerWorker tasks per worker,
-// but never cut the longest sequence into chunks of fewer than kMinSplitKeys keys (shorter sequences are
-// limited again per tile, in wanted_splits). The count depends on the worker count, so results can
-// differ in rounding between thread counts; pass num_splits for bitwise-reproducible results.
+// Flash-Decoding's point: with one or a few query rows per sequence, tasks (a sequence's query rows
+// with all KV heads: make_plan's tile groups) are too few to occupy the workers, so the keys are split
+// too. Aim for kDecodeTasksPerWorker tasks per worker, but never cut the longest sequence into chunks of
+// fewer than kMinSplitKeys keys (shorter sequences are limited again per tile, in wanted_splits). The
+// count depends on the worker count, so results can differ in rounding between thread counts; pass
+// num_splits for bitwise-reproducible results.
 int64_t heuristic_kv_splits(const KVCacheProblem& p, int workers) {
   const Problem qp = query_view(p);
-  const int64_t tiles = count_query_tiles(qp, kDecodeTile);
-  if (tiles == 0) return 1;
+  // Every KV head has the same query tiles, and a group holds one tile of each.
+  const int64_t groups = count_query_tiles(qp, kDecodeTile) / std::max<int64_t>(1, p.heads_kv);
+  if (groups == 0) return 1;
   const int64_t target = int64_t(std::max(1, workers)) * kDecodeTasksPerWorker;
-  const int64_t by_tasks = (target + tiles - 1) / tiles;
+  const int64_t by_tasks = (target + groups - 1) / groups;
   const int64_t by_length = p.max_len_k() / kMinSplitKeys;
   return std::max<int64_t>(1, std::min({by_tasks, by_length, int64_t(kMaxKVSplits)}));
 }

@@ -13,7 +13,7 @@ namespace flashattn::detail::cpu {
 constexpr int64_t kMinSplitKeys = 256;
 
 // The split count the heuristic picks (num_splits == 0) for `workers` worker threads: enough
-// (query tile x split) tasks to give every worker kDecodeTasksPerWorker of them, never chunks of fewer
+// (tile group x split) tasks to give every worker kDecodeTasksPerWorker of them, never chunks of fewer
 // than kMinSplitKeys keys of the longest sequence, never more than kMaxKVSplits. Always >= 1.
 int64_t heuristic_kv_splits(const KVCacheProblem& p, int workers);
 
