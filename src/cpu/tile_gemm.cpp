@@ -228,11 +228,13 @@ struct Avx2MicroKernel {
   }
 };
 
-// AVX-512 micro-kernel: 8 x 32 accumulators in 16 of the 32 zmm registers, two B vectors and one
-// broadcast A value per depth step. Every element is accumulated over the depth in the same order and
-// written back with the same operations as in the AVX2 kernel, so the two give the same bits.
+// AVX-512 micro-kernel: kRows x 32 accumulators (8 rows: 16 of the 32 zmm registers), two B vectors and
+// one broadcast A value per depth step. Every element is accumulated over the depth in the same order and
+// written back with the same operations as in the AVX2 kernel, so the two give the same bits. The 4-row
+// form serves products of at most 4 rows (decode's query rows), which the 8-row one would pad.
+template <int64_t Rows>
 struct Avx512MicroKernel {
-  static constexpr int64_t kRows = 8;
+  static constexpr int64_t kRows = Rows;
   static constexpr int64_t kCols = 32;
   static constexpr bool kReadsAInPlace = true;
   __attribute__((target("avx2,fma"))) static void pack_b(Op op, const float* b, int64_t ldb, int64_t cols,
@@ -242,6 +244,7 @@ struct Avx512MicroKernel {
   __attribute__((target("avx512f"))) static void run(int64_t kc, PanelA pa, PanelB pb, float* c, int64_t ldc,
                                                       WriteBack wb) {
     constexpr int kVectors = kCols / 16;
+    static_assert(kVectors == 2, "two accumulator vectors per row");
     __m512 acc[kRows][kVectors];
     const float* a[kRows];
 #pragma GCC unroll 8
@@ -428,7 +431,10 @@ void tile_gemm_with(TileGemmImpl impl, Op op_a, Op op_b, int64_t m, int64_t n, i
   switch (impl) {
 #ifdef FLASHATTN_CPU_X86_DISPATCH
     case TileGemmImpl::kAvx512:
-      gemm_blocked<Avx512MicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      if (m <= 4)
+        gemm_blocked<Avx512MicroKernel<4>>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      else
+        gemm_blocked<Avx512MicroKernel<8>>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     case TileGemmImpl::kAvx2:
       gemm_blocked<Avx2MicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
