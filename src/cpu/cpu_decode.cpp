@@ -306,9 +306,8 @@ class DecodeRunner {
   }
 
  private:
-  // Keys [k0, k0 + kn) of the tile's KV head, gathered row by row: a paged cache scatters them.
-  // Rows [k0, k0 + kn) of every tile's KV head into that tile's block, key by key: the heads of one key
-  // are read one after another (contiguous in the usual cache layout).
+  // Keys [k0, k0 + kn) of every tile's KV head into that tile's block, key by key (a paged cache scatters
+  // the keys); the heads of one key are read one after another (contiguous in the usual cache layout).
   void gather_rows(const CacheStrided& c, const std::vector<size_t>& tiles, int64_t batch, int64_t k0, int64_t kn,
                    float* dst) const {
     for (int64_t i = 0; i < kn; ++i) {
