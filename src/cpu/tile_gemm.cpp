@@ -156,75 +156,57 @@ __attribute__((target("avx2,fma"))) void pack_b_panel_x86(Op op, const float* b,
   }
 }
 
-// AVX2 + FMA micro-kernel: 6 x 16 accumulators in 12 of the 16 ymm registers, two B vectors and one
-// broadcast A value per depth step. Compiled for AVX2 by attribute only; called only when the CPU has it.
+// AVX2 + FMA micro-kernel: kRows x 16 accumulators (6 rows: 12 of the 16 ymm registers), two B vectors
+// and one broadcast A value per depth step. Compiled for AVX2 by attribute only; called only when the CPU
+// has it. The 4-row form serves products of at most 4 rows (decode's query rows), which the 6-row one would
+// pad; both give the same bits.
+template <int64_t Rows>
 struct Avx2MicroKernel {
-  static constexpr int64_t kRows = 6;
+  static constexpr int64_t kRows = Rows;
   static constexpr int64_t kCols = 16;
   static constexpr bool kReadsAInPlace = true;
-  // Vector values are passed by reference: by value, a 32-byte vector changes the calling convention.
-  __attribute__((target("avx2,fma"), always_inline)) static inline void store_row(float* c, const __m256& lo,
-                                                                                 const __m256& hi, WriteBack wb) {
-    const __m256 alpha = _mm256_set1_ps(wb.alpha);
-    __m256 x0 = _mm256_mul_ps(alpha, lo), x1 = _mm256_mul_ps(alpha, hi);
-    if (!wb.overwrite) {
-      const __m256 beta = _mm256_set1_ps(wb.beta);
-      x0 = _mm256_fmadd_ps(beta, _mm256_loadu_ps(c), x0);
-      x1 = _mm256_fmadd_ps(beta, _mm256_loadu_ps(c + 8), x1);
-    }
-    _mm256_storeu_ps(c, x0);
-    _mm256_storeu_ps(c + 8, x1);
-  }
   __attribute__((target("avx2,fma"))) static void pack_b(Op op, const float* b, int64_t ldb, int64_t cols,
                                                           int64_t kc, float* panel) {
     pack_b_panel_x86<kCols>(op, b, ldb, cols, kc, panel);
   }
   __attribute__((target("avx2,fma"))) static void run(int64_t kc, PanelA pa, PanelB pb, float* c, int64_t ldc,
                                                        WriteBack wb) {
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps();
-    __m256 c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps();
-    __m256 c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-    // Start fetching the C rows now: their strided lines would otherwise stall the write-back.
-    for (int64_t r = 0; r < kRows; ++r) {
+    constexpr int kVectors = kCols / 8;
+    static_assert(kVectors == 2, "two accumulator vectors per row");
+    __m256 acc[kRows][kVectors];
+    const float* a[kRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+      acc[r][0] = _mm256_setzero_ps();
+      acc[r][1] = _mm256_setzero_ps();
+      a[r] = pa.a + r * pa.row_stride;
+      // Start fetching the C rows now: their strided lines would otherwise stall the write-back.
       _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + kCols - 1), _MM_HINT_T0);
     }
-    const float* a0 = pa.a;
-    const float* a1 = a0 + pa.row_stride;
-    const float* a2 = a1 + pa.row_stride;
-    const float* a3 = a2 + pa.row_stride;
-    const float* a4 = a3 + pa.row_stride;
-    const float* a5 = a4 + pa.row_stride;
     const float* b = pb.b;
     for (int64_t p = 0, off = 0; p < kc; ++p, off += pa.depth_stride, b += pb.depth_stride) {
       const __m256 b0 = _mm256_loadu_ps(b);
       const __m256 b1 = _mm256_loadu_ps(b + 8);
-      __m256 x = _mm256_broadcast_ss(a0 + off);
-      c00 = _mm256_fmadd_ps(x, b0, c00);
-      c01 = _mm256_fmadd_ps(x, b1, c01);
-      x = _mm256_broadcast_ss(a1 + off);
-      c10 = _mm256_fmadd_ps(x, b0, c10);
-      c11 = _mm256_fmadd_ps(x, b1, c11);
-      x = _mm256_broadcast_ss(a2 + off);
-      c20 = _mm256_fmadd_ps(x, b0, c20);
-      c21 = _mm256_fmadd_ps(x, b1, c21);
-      x = _mm256_broadcast_ss(a3 + off);
-      c30 = _mm256_fmadd_ps(x, b0, c30);
-      c31 = _mm256_fmadd_ps(x, b1, c31);
-      x = _mm256_broadcast_ss(a4 + off);
-      c40 = _mm256_fmadd_ps(x, b0, c40);
-      c41 = _mm256_fmadd_ps(x, b1, c41);
-      x = _mm256_broadcast_ss(a5 + off);
-      c50 = _mm256_fmadd_ps(x, b0, c50);
-      c51 = _mm256_fmadd_ps(x, b1, c51);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) {
+        const __m256 x = _mm256_broadcast_ss(a[r] + off);
+        acc[r][0] = _mm256_fmadd_ps(x, b0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(x, b1, acc[r][1]);
+      }
     }
-    store_row(c + 0 * ldc, c00, c01, wb);
-    store_row(c + 1 * ldc, c10, c11, wb);
-    store_row(c + 2 * ldc, c20, c21, wb);
-    store_row(c + 3 * ldc, c30, c31, wb);
-    store_row(c + 4 * ldc, c40, c41, wb);
-    store_row(c + 5 * ldc, c50, c51, wb);
+    const __m256 alpha = _mm256_set1_ps(wb.alpha);
+    const __m256 beta = _mm256_set1_ps(wb.beta);
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+      for (int v = 0; v < kVectors; ++v) {
+        float* dst = c + r * ldc + 8 * v;
+        __m256 x = _mm256_mul_ps(alpha, acc[r][v]);
+        if (!wb.overwrite) x = _mm256_fmadd_ps(beta, _mm256_loadu_ps(dst), x);
+        _mm256_storeu_ps(dst, x);
+      }
+    }
   }
 };
 
@@ -437,7 +419,10 @@ void tile_gemm_with(TileGemmImpl impl, Op op_a, Op op_b, int64_t m, int64_t n, i
         gemm_blocked<Avx512MicroKernel<8>>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     case TileGemmImpl::kAvx2:
-      gemm_blocked<Avx2MicroKernel>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      if (m <= 4)
+        gemm_blocked<Avx2MicroKernel<4>>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      else
+        gemm_blocked<Avx2MicroKernel<6>>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
 #endif
     default:
