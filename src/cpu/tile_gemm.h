@@ -24,7 +24,8 @@ void tile_gemm(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, c
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // The micro-kernels, fastest first: 8 x 32 in zmm registers (AVX-512F), 6 x 16 in ymm (AVX2 + FMA), and
-// portable 4 x 8 loops. The x86 ones are compiled by function attribute and picked at run time.
+// portable 4 x 8 loops. The x86 ones are compiled by function attribute and picked at run time, and take
+// a 4-row form for products of at most 4 rows.
 enum class TileGemmImpl { kAvx512, kAvx2, kPortable };
 const char* tile_gemm_impl_name(TileGemmImpl impl);  // "avx512", "avx2" or "portable"
 // Whether this build and this CPU can run `impl` (portable: always).
