@@ -24,8 +24,9 @@ struct OnlineSoftmaxRow {
   // output accumulator must be multiplied. The tile's exponentials are then exp2(s - max_log2).
   FA_HOST_DEVICE float begin_tile(float tile_max_log2) {
     float new_max = tile_max_log2 > max_log2 ? tile_max_log2 : max_log2;
-    // -inf - -inf is NaN: a row that has seen only masked scores keeps factor 1 and a -inf max.
-    float factor = (new_max == kNegInf) ? 1.0f : exp2f_host_device(max_log2 - new_max);
+    // An unchanged max needs no exp2 (exp2(0) is 1 exactly), and -inf - -inf would be NaN: a row that has
+    // seen only masked scores keeps factor 1 and a -inf max.
+    float factor = (new_max == max_log2) ? 1.0f : exp2f_host_device(max_log2 - new_max);
     max_log2 = new_max;
     sum *= factor;
     return factor;
