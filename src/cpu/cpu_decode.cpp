@@ -45,6 +45,8 @@ constexpr int64_t kDecodeTasksPerWorker = 2;
 // bytes, with blocks of no fewer than kMinGroupBlockKeys keys (the products' column panels).
 constexpr int64_t kGroupBlockBytes = 512 * 1024;
 constexpr int64_t kMinGroupBlockKeys = 32;
+// At most this many bytes of a task's query rows and output accumulators (fp32) for all its tiles.
+constexpr int64_t kGroupTileBytes = 2 * 1024 * 1024;
 
 // The query side of the call as a detail::Problem (padded layout, no varlen), so the tiling helpers
 // (query tiles, stacked loads and stores) serve the decode kernel too. Only the query-side fields are set.
@@ -125,6 +127,22 @@ struct DecodePlan {
   int64_t block_keys = 0;   // keys per block of a task
 };
 
+// Tiles per group at most: their query rows and output accumulators in fp32 (decode's few rows: a few KB a
+// tile) stay within kGroupTileBytes, which only a long seqlen_q with many KV heads reaches.
+int64_t group_tile_limit(const Problem& qp) {
+  const int64_t tile_bytes =
+      2 * heads_per_tile(qp, kDecodeTile) * rows_per_tile(qp, kDecodeTile) * qp.head_dim * int64_t(sizeof(float));
+  return std::max<int64_t>(1, kGroupTileBytes / std::max<int64_t>(1, tile_bytes));
+}
+
+// Tasks before the split: query tiles over KV heads, each KV head's tiles cut into groups of at most
+// group_tile_limit consecutive heads (every KV head has the same query tiles).
+int64_t count_groups(const KVCacheProblem& p, const Problem& qp) {
+  const int64_t heads_kv = std::max<int64_t>(1, p.heads_kv);
+  const int64_t per_group = std::min(heads_kv, group_tile_limit(qp));
+  return count_query_tiles(qp, kDecodeTile) / heads_kv * ((heads_kv + per_group - 1) / per_group);
+}
+
 // Keys per block: kDecodeTile's, halved while a group's K and V blocks in fp32 exceed kGroupBlockBytes
 // (so they stay in a core's L2), but not below kMinGroupBlockKeys.
 int64_t group_block_keys(int64_t group_tiles, int64_t head_dim) {
@@ -154,12 +172,21 @@ DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuris
     if (found.second) plan.groups.emplace_back();
     plan.groups[found.first->second].tiles.push_back(t);
   }
-  // Groups keep the order of their first tile (the most expensive first); tiles go in KV-head order.
+  // Groups keep the order of their first tile (the most expensive first); tiles go in KV-head order, and a
+  // group with more tiles than group_tile_limit allows is cut into runs of consecutive KV heads.
+  const size_t limit = size_t(group_tile_limit(qp));
+  std::vector<TileGroup> groups;
   for (TileGroup& g : plan.groups) {
     std::sort(g.tiles.begin(), g.tiles.end(),
               [&](size_t a, size_t b) { return plan.tiles[a].kv_head < plan.tiles[b].kv_head; });
-    plan.group_tiles = std::max(plan.group_tiles, int64_t(g.tiles.size()));
+    for (size_t first = 0; first < g.tiles.size(); first += limit) {
+      TileGroup part;
+      part.tiles.assign(g.tiles.begin() + first, g.tiles.begin() + std::min(g.tiles.size(), first + limit));
+      plan.group_tiles = std::max(plan.group_tiles, int64_t(part.tiles.size()));
+      groups.push_back(std::move(part));
+    }
   }
+  plan.groups = std::move(groups);
   for (size_t g = 0; g < plan.groups.size(); ++g)
     for (int64_t i = 0; i < plan.keys[plan.groups[g].tiles.front()].splits; ++i) plan.tasks.push_back({g, i});
   plan.block_keys = group_block_keys(plan.group_tiles, kp.head_dim);
@@ -380,9 +407,7 @@ Status run_decode(const KVCacheProblem& kp, int workers) {
 // count depends on the worker count, so results can differ in rounding between thread counts; pass
 // num_splits for bitwise-reproducible results.
 int64_t heuristic_kv_splits(const KVCacheProblem& p, int workers) {
-  const Problem qp = query_view(p);
-  // Every KV head has the same query tiles, and a group holds one tile of each.
-  const int64_t groups = count_query_tiles(qp, kDecodeTile) / std::max<int64_t>(1, p.heads_kv);
+  const int64_t groups = count_groups(p, query_view(p));
   if (groups == 0) return 1;
   const int64_t target = int64_t(std::max(1, workers)) * kDecodeTasksPerWorker;
   const int64_t by_tasks = (target + groups - 1) / groups;

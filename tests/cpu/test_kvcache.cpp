@@ -100,6 +100,39 @@ TEST(KVCacheCpuSplits, HeuristicFillsTheWorkersWithLongEnoughChunks) {
   EXPECT_EQ(fa::detail::cpu::heuristic_kv_splits(p, 64), 1);
   p.cache_seqlens = {1 << 20};
   EXPECT_EQ(fa::detail::cpu::heuristic_kv_splits(p, 1024), fa::kMaxKVSplits);
+  // A task takes the tiles of all KV heads of a sequence's rows: 8 KV heads are still one task.
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.cache_seqlens = {4096};
+  EXPECT_EQ(fa::detail::cpu::heuristic_kv_splits(p, 2), 4);
+  // Unless their query rows and accumulators outgrow a task's budget: 256 rows of head_dim 256 per KV head
+  // give groups of 4 heads, two tasks before the split.
+  p.heads_q = 8;
+  p.seqlen_q = 256;
+  p.head_dim = 256;
+  EXPECT_EQ(fa::detail::cpu::heuristic_kv_splits(p, 2), 2);
+}
+
+// Long query rows with many KV heads: the heads of a task are cut into groups (see above), each group
+// gathering its own heads of every key.
+TEST(KVCacheCpuGroups, ManyKVHeadsWithLongQueryRowsMatchTheReference) {
+  const uint64_t seed = harness::pick_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  KVCaseSpec s;
+  s.cache_lens = {300, 77};
+  s.seqlen_q = 256;
+  s.seqlen_new = 0;
+  s.heads_q = 8;
+  s.heads_kv = 8;
+  s.head_dim = 256;
+  s.causal = true;
+  s.num_splits = 3;
+  s.dtype = DType::kBFloat16;
+  HostKVCase c(s, rng);
+  const KVExpected e = expected_for(c);
+  ASSERT_TRUE(fa::forward_kvcache(c.args()).ok());
+  expect_result(c, e);
 }
 
 TEST(KVCacheCpuEdge, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
