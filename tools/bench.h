@@ -2,6 +2,7 @@
 // GPU sweep of the FlashAttention papers.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@ struct BenchOptions {
   bool gpu = false;
   bool quick = false;
   bool ablation = false;
-  bool decode = false;  // GPU: the KV-cache (decode) kernels' bandwidth instead of the sweep
+  bool decode = false;  // the KV-cache (decode) kernels' bandwidth instead of the sweep
   std::vector<Algorithm> algorithms;  // GPU: empty = every available CUDA algorithm
   std::string json_path;              // empty: no JSON; "-": stdout
   int threads = 0;                    // CPU: worker threads (0 = all)
@@ -31,9 +32,24 @@ struct BenchOptions {
   bool backward = true;               // GPU sweep: the backward rows (--dir bwd or both)
 };
 
+// The decode benchmark's problems (`--decode`, GPU and CPU): GQA with 32 query heads over 8 KV heads,
+// head_dim 128, bf16, one query token per sequence, full caches; each (batch, seqlen_k) with a contiguous
+// cache and with a paged one (page size 16, the pages of every sequence in shuffled order).
+struct DecodeShape {
+  int64_t batch, seqlen_k;
+};
+inline constexpr DecodeShape kDecodeShapes[] = {{1, 32768}, {1, 131072}, {16, 8192}, {64, 4096}};
+inline constexpr int64_t kDecodeHeadsQ = 32;
+inline constexpr int64_t kDecodeHeadsKV = 8;
+inline constexpr int64_t kDecodeHeadDim = 128;
+inline constexpr int64_t kDecodeSeqlenQ = 1;
+inline constexpr int64_t kDecodePageSize = 16;
+
 int bench_cpu(const BenchOptions& options);
 int bench_gpu(const BenchOptions& options);
 // `--gpu --decode` (bench_decode.cpp): TB/s of K and V read once, beside the device copy rate.
 int bench_decode(const BenchOptions& options);
+// `--backend cpu --decode` (bench_decode_cpu.cpp): GB/s of K and V read once, beside the host read rate.
+int bench_decode_cpu(const BenchOptions& options);
 
 }  // namespace flashattn::cli

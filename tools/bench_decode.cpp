@@ -1,9 +1,9 @@
 // `flashattn bench --gpu --decode`: the KV-cache (decode) kernels' bandwidth on one GPU, beside the device
 // copy rate measured in the same run.
 //
-// Shapes: GQA with 32 query heads over 8 KV heads, head_dim 128, bf16, one query token per sequence, full
-// caches (no appended tokens), (batch, seqlen_k) in kShapes, each with a contiguous cache and with a paged
-// one (page size 16, the pages of every sequence in shuffled order). Bytes: K and V read once,
+// Shapes: kDecodeShapes (bench.h): GQA with 32 query heads over 8 KV heads, head_dim 128, bf16, one query
+// token per sequence, full caches (no appended tokens), each with a contiguous cache and with a paged one
+// (page size 16, the pages of every sequence in shuffled order). Bytes: K and V read once,
 // 2 * batch * seqlen_k * heads_kv * head_dim * 2.
 //
 // Timing. A forward_kvcache call validates its index tensors on the host (a device-to-host copy and a stream
@@ -43,15 +43,11 @@
 namespace flashattn::cli {
 namespace {
 
-struct DecodeShape {
-  int64_t batch, seqlen_k;
-};
-constexpr DecodeShape kShapes[] = {{1, 32768}, {1, 131072}, {16, 8192}, {64, 4096}};
-constexpr int64_t kHeadsQ = 32;
-constexpr int64_t kHeadsKV = 8;
-constexpr int64_t kHeadDim = 128;
-constexpr int64_t kSeqlenQ = 1;
-constexpr int64_t kPageSize = 16;
+constexpr int64_t kHeadsQ = kDecodeHeadsQ;
+constexpr int64_t kHeadsKV = kDecodeHeadsKV;
+constexpr int64_t kHeadDim = kDecodeHeadDim;
+constexpr int64_t kSeqlenQ = kDecodeSeqlenQ;
+constexpr int64_t kPageSize = kDecodePageSize;
 constexpr DType kDtype = DType::kBFloat16;
 constexpr int64_t kElemBytes = 2;
 // Tokens of the K (and V) buffer: the largest shape's batch x seqlen_k (512 MiB in bf16).
@@ -281,7 +277,7 @@ int bench_decode(const BenchOptions& o) {
               "of copy", "api us", "api TB/s", "trust TB/s", "kernel");
   std::vector<DecodeRow> rows;
   int errors = 0;
-  for (const DecodeShape& shape : kShapes) {
+  for (const DecodeShape& shape : kDecodeShapes) {
     for (bool paged : {false, true}) {
       DecodeRow r;
       progress.phase("decode b " + std::to_string(shape.batch) + " seqlen_k " + std::to_string(shape.seqlen_k) +

@@ -147,7 +147,9 @@ int cmd_bench(int argc, char** argv, int first) {
                    "       flashattn bench --gpu [--algo fa3,fa2,fa1,standard] [--dir fwd|bwd|both] [--quick]\n"
                    "                       [--repeat R] [--warmup W] [--warmup-ms MS] [--json FILE]\n"
                    "       flashattn bench --gpu --ablation [--repeat R] [--warmup W] [--warmup-ms MS] [--json FILE]\n"
-                   "       flashattn bench --gpu --decode [--splits S] [--repeat R] [--warmup W] [--json FILE]",
+                   "       flashattn bench --gpu --decode [--splits S] [--repeat R] [--warmup W] [--json FILE]\n"
+                   "       flashattn bench --backend cpu --decode [--threads T] [--splits S] [--quick] [--repeat R]\n"
+                   "                       [--warmup W] [--json FILE]",
                    "CPU (default): fp32 forward GFLOP/s at seqlen 2048 and 4096, head_dim 64 and 128 (batch 1,\n"
                    "8 heads, non-causal), beside this machine's SGEMM rate measured in the same run.\n"
                    "GPU (--gpu): the FlashAttention papers' sweep in bf16: 16384 tokens (batch = 16384 / seqlen),\n"
@@ -168,7 +170,10 @@ int cmd_bench(int argc, char** argv, int first) {
                    "contiguous and a paged (page size 16) cache. TB/s of K and V read once, beside the device copy\n"
                    "rate measured in the same run; kernel time from calls queued back to back, and the time of one\n"
                    "forward_kvcache call (index validation included). --splits forces that many KV splits on\n"
-                   "every call (default: the backend's heuristic).");
+                   "every call (default: the backend's heuristic).\n"
+                   "CPU --decode (--backend cpu): the same shapes on the CPU backend, GB/s of K and V read once\n"
+                   "per forward_kvcache call, beside the rate at which the same threads read memory (--quick:\n"
+                   "batch 1 x 32k only).");
   parser.add_custom("backend", "NAME", "cpu or cuda (cuda = --gpu)", "cpu", [&](const std::string& t, std::string* e) {
     if (t == "cpu" || t == "cuda") {
       backend = t;
@@ -181,7 +186,9 @@ int cmd_bench(int argc, char** argv, int first) {
   parser.add_custom("algo", "LIST", "GPU algorithms, comma-separated (fa3,fa2,fa1,standard)\n",
                     "every available CUDA algorithm",
                     [&](const std::string& t, std::string* e) { return parse_algorithm_list(t, &o.algorithms, e); });
-  parser.add_flag("quick", &o.quick, "a trimmed sweep (GPU: seqlen 1k/4k/16k, head_dim 64/128; CPU: seqlen 2048)");
+  parser.add_flag("quick", &o.quick,
+                  "a trimmed sweep (GPU: seqlen 1k/4k/16k, head_dim 64/128; CPU: seqlen 2048; CPU\n"
+                  "--decode: batch 1 x 32k)");
   parser.add_custom("dir", "DIR", "GPU sweep: fwd, bwd or both directions", "both",
                     [&](const std::string& t, std::string* e) {
                       if (t != "fwd" && t != "bwd" && t != "both") {
@@ -193,11 +200,14 @@ int cmd_bench(int argc, char** argv, int first) {
                       return true;
                     });
   parser.add_flag("ablation", &o.ablation, "GPU: the fa3 ablation on one shape instead of the sweep");
-  parser.add_flag("decode", &o.decode, "GPU: the KV-cache (decode) bandwidth benchmark instead of the sweep");
-  parser.add_int("splits", &o.splits, "S", "GPU --decode: KV splits per sequence (0 = the backend's choice)", 0,
+  parser.add_flag("decode", &o.decode,
+                  "the KV-cache (decode) bandwidth benchmark instead of the sweep (GPU; the CPU\n"
+                  "backend's with --backend cpu)");
+  parser.add_int("splits", &o.splits, "S", "--decode: KV splits per sequence (0 = the backend's choice)", 0,
                  kMaxKVSplits);
   parser.add_int("threads", &o.threads, "T", "CPU worker threads (0 = all hardware threads)", 0, kMaxThreads);
-  parser.add_int("repeat", &o.repeat, "R", "timed runs per shape (0 = 3 on cpu, 10 on gpu)", 0, kMaxRepeat);
+  parser.add_int("repeat", &o.repeat, "R", "timed runs per shape (0 = 3 on cpu, 5 for cpu --decode, 10 on gpu)", 0,
+                 kMaxRepeat);
   parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu; sweep, ablation: >= 200 ms)",
                  -1, kMaxRepeat);
   parser.add_real("warmup-ms", &o.warmup_ms, "MS",
@@ -211,10 +221,11 @@ int cmd_bench(int argc, char** argv, int first) {
     case ArgParser::Outcome::kUsageError: return kExitUsage;
     case ArgParser::Outcome::kRun: break;
   }
-  if (backend == "cuda" || o.decode) o.gpu = true;
-  if (o.decode && (parser.given("algo") || o.quick || o.ablation)) {
-    parser.usage_error(std::string("--") + (o.ablation ? "ablation" : o.quick ? "quick" : "algo") +
-                       " does not apply to --decode");
+  // --decode alone is the GPU benchmark; --backend cpu --decode the CPU one.
+  if (backend == "cuda" || (o.decode && !parser.given("backend"))) o.gpu = true;
+  if (o.decode && (parser.given("algo") || (o.gpu && o.quick) || o.ablation)) {
+    parser.usage_error(std::string("--") + (o.ablation ? "ablation" : parser.given("algo") ? "algo" : "quick") +
+                       " does not apply to " + (o.gpu ? "--gpu --decode" : "--decode"));
     return kExitUsage;
   }
   if (!o.decode && parser.given("splits")) {
@@ -241,7 +252,7 @@ int cmd_bench(int argc, char** argv, int first) {
     parser.usage_error("--threads applies to the CPU benchmark only");
     return kExitUsage;
   }
-  if (o.decode) return bench_decode(o);
+  if (o.decode) return o.gpu ? bench_decode(o) : bench_decode_cpu(o);
   return o.gpu ? bench_gpu(o) : bench_cpu(o);
 }
 
