@@ -67,7 +67,7 @@ struct HostDecodeBuffers {
         tables(size_t(tokens / kDecodePageSize)) {}
 
   // bf16 values spread over [-1, 1): the inputs' values do not change the rate, so a cheap generator
-  // (splitmix64, four values a draw) fills the 2 x 512 MiB in a fraction of a second per thread.
+  // (splitmix64, four values a draw) fills the 2 x 512 MiB in about a second.
   void fill() {
     uint64_t state = kSeed;
     auto draw = [&state] {
