@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "flashattn/attention.h"
+#include "flashattn/kvcache.h"
 
 namespace flashattn::cli {
 
@@ -44,6 +45,41 @@ inline constexpr int64_t kDecodeHeadsKV = 8;
 inline constexpr int64_t kDecodeHeadDim = 128;
 inline constexpr int64_t kDecodeSeqlenQ = 1;
 inline constexpr int64_t kDecodePageSize = 16;
+inline constexpr DType kDecodeDtype = DType::kBFloat16;
+inline constexpr int64_t kDecodeElemBytes = 2;
+// Tokens of the K (and V) buffer: the largest shape's batch x seqlen_k (512 MiB in bf16).
+inline constexpr int64_t kDecodeCacheTokens = 64 * 4096;
+inline constexpr int64_t kDecodeMaxBatch = 64;
+inline constexpr int64_t kDecodeRowElems = kDecodeHeadsKV * kDecodeHeadDim;  // one token of K or V
+inline constexpr uint64_t kDecodeSeed = 1;
+
+// The buffers a decode benchmark views under every shape: K and V of cache_tokens tokens each, q and out
+// for kDecodeMaxBatch sequences, the lengths, and the block tables (cache_tokens / kDecodePageSize entries).
+struct DecodeTensors {
+  void* k = nullptr;
+  void* v = nullptr;
+  void* q = nullptr;
+  void* out = nullptr;
+  int32_t* seqlens = nullptr;
+  int32_t* tables = nullptr;
+  int64_t cache_tokens = kDecodeCacheTokens;
+  Device device = Device::kCPU;
+};
+
+// Disjoint caches of `shape` in the buffers: the timed calls rotate over them so that consecutive calls do
+// not find their keys in a cache of the processor.
+inline int decode_copies(const DecodeShape& shape, int64_t cache_tokens) {
+  const int64_t copies = cache_tokens / (shape.batch * shape.seqlen_k);
+  return int(copies > 1 ? copies : 1);
+}
+
+// The block tables of `copies` paged caches of `shape` (host memory, `copies * pages` entries): copy c owns
+// pages [c * pages, (c + 1) * pages) of the buffer, dealt to its sequences in a shuffled order.
+void deal_decode_pages(const DecodeShape& shape, int copies, int32_t* tables);
+
+// The forward_kvcache call on copy `copy` of `shape`'s caches (paged: every copy's pages are numbered from
+// the buffer's start, its table rows after copy - 1's). Backend and options are the caller's to set.
+KVCacheArgs decode_call_args(const DecodeTensors& t, const DecodeShape& shape, bool paged, int copy);
 
 int bench_cpu(const BenchOptions& options);
 int bench_gpu(const BenchOptions& options);

@@ -20,7 +20,6 @@
 #include <initializer_list>
 #include <cstdio>
 #include <functional>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,18 +47,17 @@ constexpr int64_t kHeadsKV = kDecodeHeadsKV;
 constexpr int64_t kHeadDim = kDecodeHeadDim;
 constexpr int64_t kSeqlenQ = kDecodeSeqlenQ;
 constexpr int64_t kPageSize = kDecodePageSize;
-constexpr DType kDtype = DType::kBFloat16;
-constexpr int64_t kElemBytes = 2;
-// Tokens of the K (and V) buffer: the largest shape's batch x seqlen_k (512 MiB in bf16).
-constexpr int64_t kCacheTokens = 64 * 4096;
-constexpr int64_t kMaxBatch = 64;
+constexpr DType kDtype = kDecodeDtype;
+constexpr int64_t kElemBytes = kDecodeElemBytes;
+constexpr int64_t kCacheTokens = kDecodeCacheTokens;
+constexpr int64_t kMaxBatch = kDecodeMaxBatch;
 constexpr int kCallsPerTiming = 20;
-constexpr uint64_t kSeed = 1;
+constexpr uint64_t kSeed = kDecodeSeed;
 constexpr double kMsPerSecond = 1e3;
 constexpr double kBytesPerTera = 1e12;
 constexpr double kUsPerMs = 1e3;
 
-int64_t row_elems() { return kHeadsKV * kHeadDim; }
+int64_t row_elems() { return kDecodeRowElems; }
 
 struct DecodeRow {
   int64_t batch = 0, seqlen_k = 0;
@@ -120,47 +118,27 @@ struct DecodeBuffers {
 #endif
   }
 
-  // Writes the lengths and, for a paged layout, one block table per copy: copy c owns pages
-  // [c * pages, (c + 1) * pages) of the buffer, dealt to its sequences in a shuffled order.
+  // Writes the lengths and, for a paged layout, one block table per copy (deal_decode_pages).
   Status write_indices(const DecodeShape& shape, int copies, bool paged) {
     std::vector<int32_t> lens(size_t(shape.batch), int32_t(shape.seqlen_k));
     Status s = copy_to_device(seqlens.data(), lens.data(), lens.size() * sizeof(int32_t));
     if (!s.ok() || !paged) return s;
-    const int64_t pages = shape.batch * shape.seqlen_k / kPageSize;
-    std::vector<int32_t> table(size_t(pages * copies));
-    std::mt19937_64 rng(kSeed);
-    for (int c = 0; c < copies; ++c) {
-      auto first = table.begin() + c * pages;
-      std::iota(first, first + pages, int32_t(c * pages));
-      std::shuffle(first, first + pages, rng);
-    }
+    std::vector<int32_t> table(size_t(shape.batch * shape.seqlen_k / kPageSize * copies));
+    deal_decode_pages(shape, copies, table.data());
     return copy_to_device(tables.data(), table.data(), table.size() * sizeof(int32_t));
   }
 
   // The call on copy `c` of `shape`'s caches.
   KVCacheArgs args(const DecodeShape& shape, bool paged, int c, int splits, bool check_indices = true) const {
-    const int64_t tokens = shape.batch * shape.seqlen_k;
-    auto on_device = [](void* p, DType t, std::initializer_list<int64_t> dims) {
-      return TensorView::contiguous(p, t, dims, Device::kCUDA, 0);
-    };
-    uint16_t* k0 = static_cast<uint16_t*>(k.data()) + c * tokens * row_elems();
-    uint16_t* v0 = static_cast<uint16_t*>(v.data()) + c * tokens * row_elems();
-    KVCacheArgs a;
-    a.q = on_device(q.data(), kDtype, {shape.batch, kSeqlenQ, kHeadsQ, kHeadDim});
-    a.out = on_device(out.data(), kDtype, {shape.batch, kSeqlenQ, kHeadsQ, kHeadDim});
-    a.cache_seqlens = on_device(seqlens.data(), DType::kInt32, {shape.batch});
-    if (paged) {
-      // Every copy's pages are numbered from the buffer's start; the table rows of copy c follow copy c - 1's.
-      const int64_t pages_per_seq = shape.seqlen_k / kPageSize;
-      const int64_t all_pages = kCacheTokens / kPageSize;
-      a.k_cache = on_device(k.data(), kDtype, {all_pages, kPageSize, kHeadsKV, kHeadDim});
-      a.v_cache = on_device(v.data(), kDtype, {all_pages, kPageSize, kHeadsKV, kHeadDim});
-      a.block_table = on_device(static_cast<int32_t*>(tables.data()) + c * shape.batch * pages_per_seq,
-                                DType::kInt32, {shape.batch, pages_per_seq});
-    } else {
-      a.k_cache = on_device(k0, kDtype, {shape.batch, shape.seqlen_k, kHeadsKV, kHeadDim});
-      a.v_cache = on_device(v0, kDtype, {shape.batch, shape.seqlen_k, kHeadsKV, kHeadDim});
-    }
+    DecodeTensors t;
+    t.k = k.data();
+    t.v = v.data();
+    t.q = q.data();
+    t.out = out.data();
+    t.seqlens = static_cast<int32_t*>(seqlens.data());
+    t.tables = static_cast<int32_t*>(tables.data());
+    t.device = Device::kCUDA;
+    KVCacheArgs a = decode_call_args(t, shape, paged, c);
     a.backend = Backend::kCUDA;
     a.check_indices = check_indices;
     a.num_splits = splits;
@@ -193,7 +171,7 @@ Status measure(DecodeBuffers& buf, const DecodeShape& shape, bool paged, int spl
   r->batch = shape.batch;
   r->seqlen_k = shape.seqlen_k;
   r->paged = paged;
-  r->copies = int(std::max<int64_t>(1, kCacheTokens / tokens));
+  r->copies = decode_copies(shape, kCacheTokens);
   r->bytes = 2.0 * double(tokens * row_elems() * kElemBytes);
   Status s = buf.write_indices(shape, r->copies, paged);
   if (!s.ok()) return s;
@@ -329,7 +307,7 @@ int bench_decode(const BenchOptions& o) {
       j.end_object();
     }
     j.end_array();
-    if (!finish_gpu_result(j, o.json_path)) return kExitFailure;
+    if (!finish_result(j, o.json_path)) return kExitFailure;
   }
   return errors == 0 ? kExitOk : kExitFailure;
 }

@@ -1,24 +1,25 @@
-// `flashattn bench --backend cpu --decode`: the CPU backend's KV-cache (decode) rate, beside the rate at which
-// the same number of threads read memory, measured in the same run.
+// `flashattn bench --backend cpu --decode`: the CPU backend's KV-cache (decode) rate, beside the rate at
+// which the same number of threads read memory, measured in the same run.
 //
 // Shapes: kDecodeShapes (bench.h), each with a contiguous and a paged cache (`--quick`: the first shape
 // only). Bytes: K and V read once, 2 * batch * seqlen_k * heads_kv * head_dim * 2. Each timed run is one
 // forward_kvcache call, its index validation included (on host tensors it is a pass over the lengths and the
-// block table). K and V are host buffers of kCacheTokens tokens each (512 MiB in bf16; a quarter of that with
-// --quick); smaller shapes rotate over disjoint caches so that consecutive calls do not find their keys in the
-// last-level cache. The ceiling: every thread sums its share of the K buffer with the widest vector loads.
+// block table). K and V are host buffers of kDecodeCacheTokens tokens each (512 MiB in bf16; a quarter of
+// that with --quick); smaller shapes rotate over disjoint caches so that consecutive calls do not find their
+// keys in the last-level cache. The ceiling: every thread sums its share of the K buffer with the widest
+// vector loads.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <new>
 #include <numeric>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench.h"
+#include "bench_gpu_common.h"
 #include "cli_args.h"
 #include "cli_common.h"
 #include "core/numeric.h"
@@ -29,19 +30,12 @@
 namespace flashattn::cli {
 namespace {
 
-constexpr int64_t kCacheTokens = 64 * 4096;       // the largest shape's batch x seqlen_k
 constexpr int64_t kQuickCacheTokens = 2 * 32768;  // --quick: two copies of the first shape
-constexpr int64_t kMaxBatch = 64;
-constexpr DType kDtype = DType::kBFloat16;
-constexpr int64_t kElemBytes = 2;
 constexpr int kDefaultRepeat = 5;
 constexpr int kDefaultWarmup = 1;
 constexpr int kMinReadPasses = 3;  // the read ceiling is the best of at least this many passes
-constexpr uint64_t kSeed = 1;
 constexpr double kMsPerSecond = 1e3;
 constexpr double kBytesPerGiga = 1e9;
-
-int64_t row_elems() { return kDecodeHeadsKV * kDecodeHeadDim; }
 
 struct CpuDecodeRow {
   int64_t batch = 0, seqlen_k = 0;
@@ -59,17 +53,17 @@ struct HostDecodeBuffers {
 
   explicit HostDecodeBuffers(int64_t tokens)
       : cache_tokens(tokens),
-        k(size_t(tokens * row_elems())),
-        v(size_t(tokens * row_elems())),
-        q(size_t(kMaxBatch * kDecodeSeqlenQ * kDecodeHeadsQ * kDecodeHeadDim)),
+        k(size_t(tokens * kDecodeRowElems)),
+        v(size_t(tokens * kDecodeRowElems)),
+        q(size_t(kDecodeMaxBatch * kDecodeSeqlenQ * kDecodeHeadsQ * kDecodeHeadDim)),
         out(q.size()),
-        seqlens(size_t(kMaxBatch)),
+        seqlens(size_t(kDecodeMaxBatch)),
         tables(size_t(tokens / kDecodePageSize)) {}
 
   // bf16 values spread over [-1, 1): the inputs' values do not change the rate, so a cheap generator
   // (splitmix64, four values a draw) fills the 2 x 512 MiB in about a second.
   void fill() {
-    uint64_t state = kSeed;
+    uint64_t state = kDecodeSeed;
     auto draw = [&state] {
       uint64_t z = (state += 0x9E3779B97F4A7C15ull);
       z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -86,40 +80,23 @@ struct HostDecodeBuffers {
       }
   }
 
-  // The lengths and, for a paged layout, one block table per copy: copy c owns pages
-  // [c * pages, (c + 1) * pages), dealt to its sequences in a shuffled order.
+  // The lengths and, for a paged layout, one block table per copy (deal_decode_pages).
   void write_indices(const DecodeShape& shape, int copies, bool paged) {
     std::fill(seqlens.begin(), seqlens.begin() + shape.batch, int32_t(shape.seqlen_k));
-    if (!paged) return;
-    const int64_t pages = shape.batch * shape.seqlen_k / kDecodePageSize;
-    std::mt19937_64 rng(kSeed);
-    for (int c = 0; c < copies; ++c) {
-      auto first = tables.begin() + c * pages;
-      std::iota(first, first + pages, int32_t(c * pages));
-      std::shuffle(first, first + pages, rng);
-    }
+    if (paged) deal_decode_pages(shape, copies, tables.data());
   }
 
   // The call on copy `c` of `shape`'s caches.
   KVCacheArgs args(const DecodeShape& shape, bool paged, int c, int splits, int threads) {
-    const int64_t tokens = shape.batch * shape.seqlen_k;
-    KVCacheArgs a;
-    a.q = TensorView::contiguous(q.data(), kDtype, {shape.batch, kDecodeSeqlenQ, kDecodeHeadsQ, kDecodeHeadDim});
-    a.out = TensorView::contiguous(out.data(), kDtype, {shape.batch, kDecodeSeqlenQ, kDecodeHeadsQ, kDecodeHeadDim});
-    a.cache_seqlens = TensorView::contiguous(seqlens.data(), DType::kInt32, {shape.batch});
-    if (paged) {
-      const int64_t pages_per_seq = shape.seqlen_k / kDecodePageSize;
-      const int64_t all_pages = cache_tokens / kDecodePageSize;
-      a.k_cache = TensorView::contiguous(k.data(), kDtype, {all_pages, kDecodePageSize, kDecodeHeadsKV, kDecodeHeadDim});
-      a.v_cache = TensorView::contiguous(v.data(), kDtype, {all_pages, kDecodePageSize, kDecodeHeadsKV, kDecodeHeadDim});
-      a.block_table = TensorView::contiguous(tables.data() + c * shape.batch * pages_per_seq, DType::kInt32,
-                                             {shape.batch, pages_per_seq});
-    } else {
-      uint16_t* k0 = k.data() + c * tokens * row_elems();
-      uint16_t* v0 = v.data() + c * tokens * row_elems();
-      a.k_cache = TensorView::contiguous(k0, kDtype, {shape.batch, shape.seqlen_k, kDecodeHeadsKV, kDecodeHeadDim});
-      a.v_cache = TensorView::contiguous(v0, kDtype, {shape.batch, shape.seqlen_k, kDecodeHeadsKV, kDecodeHeadDim});
-    }
+    DecodeTensors t;
+    t.k = k.data();
+    t.v = v.data();
+    t.q = q.data();
+    t.out = out.data();
+    t.seqlens = seqlens.data();
+    t.tables = tables.data();
+    t.cache_tokens = cache_tokens;
+    KVCacheArgs a = decode_call_args(t, shape, paged, c);
     a.backend = Backend::kCPU;
     a.num_splits = splits;
     a.num_threads = threads;
@@ -167,8 +144,8 @@ Status measure(HostDecodeBuffers& buf, const DecodeShape& shape, bool paged, con
   r->batch = shape.batch;
   r->seqlen_k = shape.seqlen_k;
   r->paged = paged;
-  r->copies = int(std::max<int64_t>(1, buf.cache_tokens / tokens));
-  r->bytes = 2.0 * double(tokens * row_elems() * kElemBytes);
+  r->copies = decode_copies(shape, buf.cache_tokens);
+  r->bytes = 2.0 * double(tokens * kDecodeRowElems * kDecodeElemBytes);
   buf.write_indices(shape, r->copies, paged);
   int next = 0;
   RunInfo info;
@@ -191,18 +168,19 @@ int bench_decode_cpu(const BenchOptions& o) {
   const int threads = o.threads > 0 ? o.threads : hardware_threads();
   const int repeat = o.repeat > 0 ? o.repeat : kDefaultRepeat;
   const int warmup = o.warmup >= 0 ? o.warmup : kDefaultWarmup;
-  const int64_t cache_tokens = o.quick ? kQuickCacheTokens : kCacheTokens;
+  const int64_t cache_tokens = o.quick ? kQuickCacheTokens : kDecodeCacheTokens;
   Progress progress("bench");
 
-  progress.phase("allocating and filling 2 x " + std::to_string(cache_tokens * row_elems() * kElemBytes >> 20) +
+  const long long cache_mib = (long long)(cache_tokens * kDecodeRowElems * kDecodeElemBytes >> 20);
+  progress.phase("allocating and filling 2 x " + std::to_string(cache_mib) +
                  " MiB of bf16 caches, measuring the read rate");
   std::unique_ptr<HostDecodeBuffers> owned;
   try {
     owned = std::make_unique<HostDecodeBuffers>(cache_tokens);
   } catch (const std::bad_alloc&) {
     progress.done();
-    std::fprintf(stderr, "flashattn bench: out of host memory for the 2 x %lld MiB caches%s\n",
-                 (long long)(cache_tokens * row_elems() * kElemBytes >> 20), o.quick ? "" : " (--quick needs a quarter)");
+    std::fprintf(stderr, "flashattn bench: out of host memory for the 2 x %lld MiB caches%s\n", cache_mib,
+                 o.quick ? "" : " (--quick needs a quarter)");
     return kExitFailure;
   }
   HostDecodeBuffers& buf = *owned;
@@ -250,9 +228,8 @@ int bench_decode_cpu(const BenchOptions& o) {
 
   if (!o.json_path.empty()) {
     JsonWriter j;
-    j.begin_object().field("benchmark", "cpu_decode").field("commit", commit_id()).field("date", utc_timestamp());
-    j.key("machine").begin_object().field("cpu", model).field("threads", threads).end_object();
-    j.field("version", version()).field("dtype", to_string(kDtype));
+    begin_cpu_result(j, "cpu_decode", model, threads);
+    j.field("dtype", to_string(kDecodeDtype));
     j.field("heads_q", kDecodeHeadsQ).field("heads_kv", kDecodeHeadsKV).field("head_dim", kDecodeHeadDim);
     j.field("seqlen_q", kDecodeSeqlenQ).field("page_size", kDecodePageSize).field("repeat", repeat);
     j.field("warmup", warmup).field("splits", o.splits > 0 ? std::to_string(o.splits) : "heuristic");
@@ -273,12 +250,8 @@ int bench_decode_cpu(const BenchOptions& o) {
       }
       j.end_object();
     }
-    j.end_array().end_object();
-    std::string error;
-    if (!write_output(o.json_path, j.str() + "\n", &error)) {
-      std::fprintf(stderr, "flashattn bench: %s\n", error.c_str());
-      return kExitFailure;
-    }
+    j.end_array();
+    if (!finish_result(j, o.json_path)) return kExitFailure;
   }
   return errors == 0 ? kExitOk : kExitFailure;
 }

@@ -272,7 +272,7 @@ int bench_ablation(const BenchOptions& o) {
     for (const AblationRow& r : rows)
       if (!r.skipped.empty()) j.begin_object().field("name", r.name).field("reason", r.skipped).end_object();
     j.end_array();
-    if (!finish_gpu_result(j, o.json_path)) return kExitFailure;
+    if (!finish_result(j, o.json_path)) return kExitFailure;
   }
   return errors == 0 ? kExitOk : kExitFailure;
 }
@@ -381,7 +381,7 @@ int bench_gpu(const BenchOptions& o) {
       j.field("d", r.d).field("N", r.n).field("causal", r.causal).field("reason", r.skipped).end_object();
     }
     j.end_array();
-    if (!finish_gpu_result(j, o.json_path)) return kExitFailure;
+    if (!finish_result(j, o.json_path)) return kExitFailure;
   }
   return errors == 0 ? kExitOk : kExitFailure;
 }

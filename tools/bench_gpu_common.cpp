@@ -23,7 +23,13 @@ void begin_gpu_result(JsonWriter& j, const std::string& benchmark, const GpuInfo
   j.field("version", version());
 }
 
-bool finish_gpu_result(JsonWriter& j, const std::string& path) {
+void begin_cpu_result(JsonWriter& j, const std::string& benchmark, const std::string& cpu, int threads) {
+  j.begin_object().field("benchmark", benchmark).field("commit", commit_id()).field("date", utc_timestamp());
+  j.key("machine").begin_object().field("cpu", cpu).field("threads", threads).end_object();
+  j.field("version", version());
+}
+
+bool finish_result(JsonWriter& j, const std::string& path) {
   j.end_object();
   std::string error;
   if (write_output(path, j.str() + "\n", &error)) return true;

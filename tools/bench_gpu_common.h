@@ -1,6 +1,7 @@
 // What the GPU benchmarks of `flashattn bench` (the sweep and the ablation in bench_gpu.cpp, the decode
 // benchmark in bench_decode.cpp) share: the refusal when no GPU can run them, the default timing
-// settings, and the opening and closing of the JSON result.
+// settings, and the opening and closing of the JSON result (the CPU benchmarks open and close theirs
+// with the CPU counterpart here too).
 #pragma once
 
 #include <string>
@@ -26,8 +27,12 @@ bool refuse_without_gpu(const std::string& option);
 // the date, the GPU (name, driver, compute capability, SM count, CUDA runtime) and the library version.
 void begin_gpu_result(JsonWriter& j, const std::string& benchmark, const GpuInfo& gpu);
 
-// Closes the result object opened by begin_gpu_result and writes it, with a final newline, to `path`
-// ("-" = stdout). False, after printing the error, when the file cannot be written.
-bool finish_gpu_result(JsonWriter& j, const std::string& path);
+// The same for a CPU result: the benchmark's name, the commit, the date, the machine (CPU model and worker
+// threads) and the library version.
+void begin_cpu_result(JsonWriter& j, const std::string& benchmark, const std::string& cpu, int threads);
+
+// Closes the result object opened by begin_gpu_result or begin_cpu_result and writes it, with a final
+// newline, to `path` ("-" = stdout). False, after printing the error, when the file cannot be written.
+bool finish_result(JsonWriter& j, const std::string& path);
 
 }  // namespace flashattn::cli

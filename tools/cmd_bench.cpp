@@ -9,6 +9,7 @@
 #include "api/problem.h"
 #include "attention_case.h"
 #include "bench.h"
+#include "bench_gpu_common.h"
 #include "blas_ceiling.h"
 #include "cli_args.h"
 #include "cli_common.h"
@@ -114,9 +115,8 @@ int bench_cpu(const BenchOptions& o) {
 
   if (o.json_path.empty()) return kExitOk;
   JsonWriter j;
-  j.begin_object().field("benchmark", "cpu_forward").field("commit", commit_id()).field("date", utc_timestamp());
-  j.key("machine").begin_object().field("cpu", model).field("threads", threads).end_object();
-  j.field("version", version()).field("dtype", "fp32").field("causal", false);
+  begin_cpu_result(j, "cpu_forward", model, threads);
+  j.field("dtype", "fp32").field("causal", false);
   j.field("repeat", repeat).field("warmup", warmup);
   j.key("sgemm").begin_object().field("source", blas.available ? "openblas" : "tile_product");
   j.field("gflops", sgemm).end_object();
@@ -130,13 +130,8 @@ int bench_cpu(const BenchOptions& o) {
     j.field("ms", r.ms).field("gflops", r.gflops).field("ratio_to_sgemm", sgemm > 0 ? r.gflops / sgemm : 0.0);
     j.end_object();
   }
-  j.end_array().end_object();
-  std::string error;
-  if (!write_output(o.json_path, j.str() + "\n", &error)) {
-    std::fprintf(stderr, "flashattn bench: %s\n", error.c_str());
-    return kExitFailure;
-  }
-  return kExitOk;
+  j.end_array();
+  return finish_result(j, o.json_path) ? kExitOk : kExitFailure;
 }
 
 int cmd_bench(int argc, char** argv, int first) {
