@@ -26,16 +26,9 @@ typedef float F16 __attribute__((vector_size(2 * kWidth * sizeof(float))));
 
 // Integer lanes of the same count as a float vector type.
 template <typename V>
-struct Lanes;
-template <>
-struct Lanes<F8> {
-  typedef int32_t I __attribute__((vector_size(kWidth * sizeof(int32_t))));
-  typedef uint32_t U __attribute__((vector_size(kWidth * sizeof(uint32_t))));
-};
-template <>
-struct Lanes<F16> {
-  typedef int32_t I __attribute__((vector_size(2 * kWidth * sizeof(int32_t))));
-  typedef uint32_t U __attribute__((vector_size(2 * kWidth * sizeof(uint32_t))));
+struct Lanes {
+  typedef int32_t I __attribute__((vector_size(sizeof(V))));
+  typedef uint32_t U __attribute__((vector_size(sizeof(V))));
 };
 
 // Vector values cross function boundaries only by reference: passing a 32- or 64-byte vector by value has

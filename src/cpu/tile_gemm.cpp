@@ -401,15 +401,16 @@ TileGemmImpl tile_gemm_best_impl() {
   return TileGemmImpl::kPortable;
 }
 
-void tile_gemm_with(TileGemmImpl impl, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+namespace {
+
+// The product on `impl`, which this CPU is known to run.
+void run_impl(TileGemmImpl impl, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+              int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     scale_c(m, n, beta, c, ldc);
     return;
   }
-  // An implementation this CPU lacks falls back to the portable one rather than fault.
-  if (!tile_gemm_impl_available(impl)) impl = TileGemmImpl::kPortable;
   switch (impl) {
 #ifdef FLASHATTN_CPU_X86_DISPATCH
     case TileGemmImpl::kAvx512:
@@ -430,10 +431,20 @@ void tile_gemm_with(TileGemmImpl impl, Op op_a, Op op_b, int64_t m, int64_t n, i
   }
 }
 
+}  // namespace
+
+void tile_gemm_with(TileGemmImpl impl, Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // An implementation this CPU lacks falls back to the portable one rather than fault.
+  if (!tile_gemm_impl_available(impl)) impl = TileGemmImpl::kPortable;
+  run_impl(impl, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 void tile_gemm(Op op_a, Op op_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // Chosen once: the best implementation is available by construction.
   static const TileGemmImpl best = tile_gemm_best_impl();
-  tile_gemm_with(best, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  run_impl(best, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 const char* tile_gemm_impl() { return tile_gemm_impl_name(tile_gemm_best_impl()); }
