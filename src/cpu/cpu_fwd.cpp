@@ -1,13 +1,17 @@
 // FlashAttention-2 forward on the CPU.
 //
 // One task per query tile (batch, KV head, chunk of its query heads, Br sequence rows). The task walks
-// only the KV blocks its rows can see, converts each K/V block once for all stacked heads, and keeps
+// only the KV blocks its rows can see, prepares each K/V block once for all stacked heads, and keeps
 // an online softmax per row: S = Q K^T in log2 units, P = exp2(S - running max), O += P V with O
 // unnormalized in fp32 and divided by the row sum once at the end (deferred normalization).
+// The products run in fp32 on converted rows, or, for bf16 inputs on a CPU with AMX, on the bf16 values
+// themselves (bf16_tiles.h); the softmax and the accumulator are fp32 either way.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/softmax_online.h"
+#include "cpu/bf16_tiles.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/row_ops.h"
 #include "cpu/scratch.h"
@@ -19,38 +23,146 @@
 namespace flashattn::detail::cpu {
 namespace {
 
-enum ForwardBuffer : size_t {
-  kQ,       // [stacked x d] query rows, fp32
-  kO,       // [stacked x d] unnormalized output accumulator
-  kS,       // [stacked x Bc] scores, then probabilities in place
-  kK,       // [Bc x d] K converted to fp32 (fp32 inputs are read in place)
-  kV,       // [Bc x d] V converted to fp32
-  kFactor,  // [stacked] 1 / row sum at the end
+// Both ways of computing a tile's products keep the query rows, a KV block and the scores in their own
+// form; the runner below owns the softmax state and the output accumulator (fp32 in both).
+//
+// Fp32Products: rows converted to fp32 (fp32 inputs read in place), fp32 tile_gemm.
+class Fp32Products {
+ public:
+  Fp32Products(const Problem& p, int64_t max_stacked, int64_t bc)
+      : p_(p), d_(p.head_dim), scratch_({max_stacked * d_, bc * d_, bc * d_}) {}
+
+  static constexpr bool kPadsRows = false;
+
+  void load_q(const QueryTile& tile) { load_stacked(p_, p_.q, tile, scratch_[kQ]); }
+
+  void load_kv(const QueryTile& tile, int64_t k_offset, int64_t k0, int64_t kn) {
+    k_ = view_rows(p_, p_.k, tile.batch, k_offset, k0, kn, tile.kv_head, scratch_[kK]);
+    v_ = view_rows(p_, p_.v, tile.batch, k_offset, k0, kn, tile.kv_head, scratch_[kV]);
+  }
+
+  // s[m x kn] = alpha Q K^T.
+  void scores(int64_t m, int64_t kn, float alpha, float* s, int64_t lds) {
+    tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, scratch_[kQ], d_, k_.data, k_.ld, /*beta=*/0.0f, s, lds);
+  }
+
+  // o[m x d] += P V, P in s.
+  void accumulate(int64_t m, int64_t kn, const float* s, int64_t lds, float* o) {
+    tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, lds, v_.data, v_.ld, /*beta=*/1.0f, o, d_);
+  }
+
+ private:
+  enum Buffer : size_t {
+    kQ,  // [stacked x d] query rows, fp32
+    kK,  // [Bc x d] K converted to fp32 (fp32 inputs are read in place)
+    kV,  // [Bc x d] V converted to fp32
+  };
+  const Problem& p_;
+  const int64_t d_;
+  Scratch scratch_;
+  RowsView k_, v_;
 };
 
+// Bf16TileProducts: bf16 inputs multiplied as they are, on AMX (or its portable emulation): Q rows copied,
+// each K/V block packed once per tile, P split into two bf16 terms (hi + lo keeps 16 significant bits, so
+// P V loses nothing that an fp32 P would keep at bf16 output precision). Every dimension is padded to 32:
+// rows of Q past the tile and keys past the block are zero, so the padded scores are 0 and the padded
+// P V terms vanish. Needs head_dim % 32 == 0.
+class Bf16TileProducts {
+ public:
+  Bf16TileProducts(const Problem& p, int64_t max_stacked, int64_t bc, Bf16Products products)
+      : p_(p),
+        d_(p.head_dim),
+        bc_(bc),
+        products_(products),
+        tiles_(products),
+        scratch_({halves(max_stacked * d_), halves(bc * d_), halves(bc * d_), halves(max_stacked * bc),
+                  halves(max_stacked * bc)}) {}
+
+  static constexpr bool kPadsRows = true;
+
+  void load_q(const QueryTile& tile) {
+    uint16_t* q = buffer(kQ);
+    const int64_t row_offset = p_.q_row_offset(tile.batch);
+    const uint16_t* base = static_cast<const uint16_t*>(p_.q.ptr);
+    for (int64_t g = 0; g < tile.heads; ++g)
+      for (int64_t r = 0; r < tile.rows; ++r)
+        std::memcpy(q + (g * tile.rows + r) * d_,
+                    base + element_offset(p_.q, tile.batch, row_offset + tile.row_begin + r, tile.head_begin + g),
+                    size_t(d_) * sizeof(uint16_t));
+    const int64_t m = tile.stacked();
+    rows_pad_ = round_up_to_tile(m);
+    std::memset(q + m * d_, 0, size_t((rows_pad_ - m) * d_) * sizeof(uint16_t));
+  }
+
+  void load_kv(const QueryTile& tile, int64_t k_offset, int64_t k0, int64_t kn) {
+    keys_pad_ = round_up_to_tile(kn);
+    const int64_t row = k_offset + k0;
+    pack_kt(products_, rows_of(p_.k, tile, row), p_.k.row_stride, kn, keys_pad_, d_, buffer(kK));
+    pack_v(products_, rows_of(p_.v, tile, row), p_.v.row_stride, kn, keys_pad_, d_, buffer(kV));
+  }
+
+  // s[rows_pad x keys_pad] = Q K^T, then the m x kn scores scaled by alpha (the padding stays 0).
+  void scores(int64_t m, int64_t kn, float alpha, float* s, int64_t lds) {
+    bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kQ), nullptr, d_, buffer(kK), /*accumulate=*/false, s,
+              lds);
+    for (int64_t r = 0; r < m; ++r) scale_row(s + r * lds, kn, alpha);
+  }
+
+  // o[rows_pad x d] += P V with P = hi + lo.
+  void accumulate(int64_t /*m*/, int64_t kn, const float* s, int64_t lds, float* o) {
+    uint16_t* hi = buffer(kPHi);
+    uint16_t* lo = buffer(kPLo);
+    split_bf16(products_, s, lds, rows_pad_, kn, keys_pad_, hi, lo, bc_);
+    bf16_gemm(products_, rows_pad_, d_, keys_pad_, hi, lo, bc_, buffer(kV), /*accumulate=*/true, o, d_);
+  }
+
+ private:
+  enum Buffer : size_t {
+    kQ,    // [stacked x d] query rows, bf16
+    kK,    // K^T of the block, packed
+    kV,    // V of the block, packed
+    kPHi,  // [stacked x Bc] P rounded to bf16
+    kPLo,  // [stacked x Bc] P - hi rounded to bf16
+  };
+  static int64_t halves(int64_t elements) { return (elements + 1) / 2; }
+  uint16_t* buffer(Buffer b) const { return reinterpret_cast<uint16_t*>(scratch_[b]); }
+  const uint16_t* rows_of(const Strided& t, const QueryTile& tile, int64_t abs_row) const {
+    return static_cast<const uint16_t*>(t.ptr) + element_offset(t, tile.batch, abs_row, tile.kv_head);
+  }
+
+  const Problem& p_;
+  const int64_t d_;
+  const int64_t bc_;
+  const Bf16Products products_;
+  Bf16TileScope tiles_;
+  Scratch scratch_;
+  int64_t rows_pad_ = 0;
+  int64_t keys_pad_ = 0;
+};
+
+template <typename Products>
 class ForwardTileRunner {
  public:
-  ForwardTileRunner(const Problem& p, const TileShape& shape)
+  template <typename... ProductArgs>
+  ForwardTileRunner(const Problem& p, const TileShape& shape, ProductArgs... product_args)
       : p_(p),
         shape_(shape),
         d_(p.head_dim),
-        max_stacked_(heads_per_tile(p, shape) * rows_per_tile(p, shape)),
-        scratch_({max_stacked_ * d_, max_stacked_ * d_, max_stacked_ * shape.block_keys,
-                  shape.block_keys * d_, shape.block_keys * d_, max_stacked_}),
+        max_stacked_(padded(heads_per_tile(p, shape) * rows_per_tile(p, shape))),
+        products_(p, max_stacked_, shape.block_keys, product_args...),
+        scratch_({max_stacked_ * d_, max_stacked_ * shape.block_keys, max_stacked_}),
         rows_(size_t(max_stacked_)) {}
 
   void run(const QueryTile& tile) {
     const int64_t m = tile.stacked();
     const int64_t bc = shape_.block_keys;
     const core::MaskSpec mask = p_.mask(tile.batch);
-    float* q = scratch_[kQ];
     float* o = scratch_[kO];
     float* s = scratch_[kS];
-    float* k = scratch_[kK];
-    float* v = scratch_[kV];
 
-    load_stacked(p_, p_.q, tile, q);
-    fill_row(o, m * d_, 0.0f);
+    products_.load_q(tile);
+    fill_row(o, padded(m) * d_, 0.0f);
     std::fill(rows_.begin(), rows_.begin() + m, core::OnlineSoftmaxRow{});
 
     // Softcap needs the score in natural units before the cap; without it fold log2(e) into the product.
@@ -61,8 +173,7 @@ class ForwardTileRunner {
     for (int64_t j = blocks.first; j < blocks.last; ++j) {
       const int64_t k0 = j * bc;
       const int64_t kn = std::min(bc, len_k - k0);
-      const RowsView kv = view_rows(p_, p_.k, tile.batch, k_offset, k0, kn, tile.kv_head, k);
-      const RowsView vv = view_rows(p_, p_.v, tile.batch, k_offset, k0, kn, tile.kv_head, v);
+      products_.load_kv(tile, k_offset, k0, kn);
       // The next block's K and V, fetched a slice per score row while this block is processed.
       prefetch_.clear();
       if (j + 1 < blocks.last) {
@@ -71,11 +182,10 @@ class ForwardTileRunner {
         prefetch_.add(RowPrefetcher(p_, p_.v, tile.batch, k_offset + k0 + bc, next_rows, tile.kv_head));
       }
       prefetch_.spread_over(m);
-      tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, q, d_, kv.data, kv.ld, /*beta=*/0.0f, s, bc);
-
+      products_.scores(m, kn, alpha, s, bc);
       online_softmax_block(s, bc, m, kn, k0, tile, mask, p_.softcap, o, d_, rows_.data(),
                            [&] { prefetch_.step(); });
-      tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, bc, vv.data, vv.ld, /*beta=*/1.0f, o, d_);
+      products_.accumulate(m, kn, s, bc, o);
     }
 
     // Rows that saw no key keep O = 0 and a zero sum: inv_sum() is 0 and lse() is -inf, never NaN.
@@ -86,6 +196,15 @@ class ForwardTileRunner {
   }
 
  private:
+  enum Buffer : size_t {
+    kO,       // [stacked x d] unnormalized output accumulator
+    kS,       // [stacked x Bc] scores, then probabilities in place
+    kFactor,  // [stacked] 1 / row sum at the end
+  };
+
+  // Rows the products may touch past the tile's own (bf16 tiles work on 32-row blocks).
+  static int64_t padded(int64_t rows) { return Products::kPadsRows ? round_up_to_tile(rows) : rows; }
+
   void store_lse(const QueryTile& tile) {
     float* lse = static_cast<float*>(p_.lse.ptr);
     const int64_t row_offset = p_.q_row_offset(tile.batch);
@@ -99,23 +218,38 @@ class ForwardTileRunner {
   const TileShape shape_;
   const int64_t d_;
   const int64_t max_stacked_;
+  Products products_;
   Scratch scratch_;
   std::vector<core::OnlineSoftmaxRow> rows_;
   PrefetchQueue prefetch_;
 };
 
-}  // namespace
-
-Status run_forward(const Problem& p, const TileShape& shape, int workers) {
-  const std::vector<QueryTile> tiles = make_query_tiles(p, shape);
-  if (tiles.empty()) return Status::Ok();
+template <typename Products, typename... ProductArgs>
+Status run_tiles(const Problem& p, const TileShape& shape, int workers, const std::vector<QueryTile>& tiles,
+                 ProductArgs... product_args) {
   return run_workers(resolve_worker_count(workers, int64_t(tiles.size())), int64_t(tiles.size()),
                      [&](TaskQueue& queue) {
-                       ForwardTileRunner runner(p, shape);
+                       ForwardTileRunner<Products> runner(p, shape, product_args...);
                        int64_t t = 0;
                        while (queue.pop(&t)) runner.run(tiles[size_t(t)]);
                        return Status::Ok();
                      });
+}
+
+}  // namespace
+
+Bf16Products forward_products(const Problem& p, const TileShape& shape) {
+  if (p.dtype != DType::kBFloat16 || p.head_dim % kBf16TileAlign != 0 || shape.block_keys % kBf16TileAlign != 0)
+    return Bf16Products::kFp32;
+  return bf16_products();
+}
+
+Status run_forward(const Problem& p, const TileShape& shape, int workers) {
+  const std::vector<QueryTile> tiles = make_query_tiles(p, shape);
+  if (tiles.empty()) return Status::Ok();
+  const Bf16Products products = forward_products(p, shape);
+  if (products == Bf16Products::kFp32) return run_tiles<Fp32Products>(p, shape, workers, tiles);
+  return run_tiles<Bf16TileProducts>(p, shape, workers, tiles, products);
 }
 
 }  // namespace flashattn::detail::cpu

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "api/problem.h"
+#include "cpu/bf16_tiles.h"
 #include "cpu/tiling.h"
 
 namespace flashattn::detail::cpu {
@@ -10,6 +11,10 @@ namespace flashattn::detail::cpu {
 // share among workers. They depend on the problem only, never on the thread count.
 TileShape forward_tile_shape(const Problem& p);
 TileShape backward_tile_shape(const Problem& p);
+
+// How run_forward multiplies the tiles of `p`: bf16_products() for bf16 inputs whose head dim and block
+// are multiples of 32, else kFp32.
+Bf16Products forward_products(const Problem& p, const TileShape& shape);
 
 // FA2 forward: tasks over query tiles; writes out and (when present) lse. `workers` <= 0: all hardware
 // threads. The problem must have passed cpu_check.

@@ -6,9 +6,11 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/attention_case.h"
+#include "common/bf16_products.h"
 
 namespace fa = flashattn;
 using fa::DType;
@@ -17,6 +19,7 @@ using fa::testing::expect_matches_reference;
 using fa::testing::HostCase;
 namespace harness = fa::harness;
 namespace reference = fa::reference;
+using Bf16Products = fa::detail::cpu::Bf16Products;
 
 namespace {
 
@@ -130,6 +133,80 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention, ::testing::ValuesIn(cases()),
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
+
+// bf16 forwards under each way of multiplying bf16 tiles (bf16_tiles.h): AMX where this CPU has it, the
+// portable emulation of its layout (so padding, packing and the P split are checked on any machine), and
+// the fp32 products on converted rows.
+std::vector<CaseSpec> bf16_cases() {
+  std::vector<CaseSpec> v;
+  for (int64_t d : {32, 64, 96, 128, 192, 256}) v.push_back(make(113, 203, d, DType::kBFloat16, d % 64 == 0));
+  v.push_back(make(1, 239, 64, DType::kBFloat16));
+  v.push_back(make(300, 17, 128, DType::kBFloat16, true));
+  v.push_back(make(600, 700, 64, DType::kBFloat16));  // several query tiles and KV blocks
+  CaseSpec gqa = make(65, 130, 128, DType::kBFloat16, true);
+  gqa.heads_q = 16;
+  gqa.heads_kv = 2;
+  v.push_back(gqa);
+  CaseSpec win = make(300, 280, 64, DType::kBFloat16, true);
+  win.window_left = 32;
+  win.window_right = 8;
+  v.push_back(win);
+  CaseSpec cap = make(150, 170, 64, DType::kBFloat16);
+  cap.softcap = 0.5f;
+  cap.scale = 0.5f;
+  v.push_back(cap);
+  CaseSpec varlen = make(0, 0, 64, DType::kBFloat16);
+  varlen.lens_q = {17, 0, 113, 1, 40};
+  varlen.lens_k = {31, 5, 113, 0, 20};
+  varlen.heads_q = 4;
+  varlen.heads_kv = 2;
+  varlen.window_left = 10;
+  v.push_back(varlen);
+  CaseSpec strided = make(97, 131, 64, DType::kBFloat16, true);
+  strided.layout = fa::testing::Layout::kPadded;
+  v.push_back(strided);
+  return v;
+}
+
+using Bf16ProductsCase = std::tuple<Bf16Products, CaseSpec>;
+
+class CpuBf16Forward : public ::testing::TestWithParam<Bf16ProductsCase> {};
+
+TEST_P(CpuBf16Forward, MatchesReferenceAndIsDeterministic) {
+  const auto& [products, spec] = GetParam();
+  if (!fa::testing::bf16_products_runnable(products))
+    GTEST_SKIP() << "this CPU (or this build) has no AMX bf16 tile multiplies";
+  fa::testing::ScopedBf16Products scoped(products);
+  const uint64_t seed = harness::pick_seed();
+  SCOPED_TRACE(spec.name() + " seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  HostCase c(spec, rng);
+  ASSERT_TRUE(fa::forward(c.args()).ok());
+  reference::Result exact, naive;
+  ASSERT_TRUE(reference::forward(c.args(), reference::Precision::kFloat64, &exact).ok());
+  ASSERT_TRUE(reference::forward(c.args(), reference::Precision::kNaive, &naive).ok());
+  expect_matches_reference("out", c.out, exact.out, naive.out, c.spec.dtype);
+  expect_lse(c, exact.lse, naive.lse);
+  // The same bits from one worker as from all of them.
+  const std::vector<uint8_t> out = c.out.storage, lse = c.lse.storage;
+  c.poison_outputs();
+  fa::AttentionArgs one = c.args();
+  one.num_threads = 1;
+  ASSERT_TRUE(fa::forward(one).ok());
+  EXPECT_TRUE(out == c.out.storage && lse == c.lse.storage) << "one worker gave other bits";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Products, CpuBf16Forward,
+    ::testing::Combine(::testing::Values(Bf16Products::kAmx, Bf16Products::kEmulated, Bf16Products::kFp32),
+                       ::testing::ValuesIn(bf16_cases())),
+    [](const ::testing::TestParamInfo<Bf16ProductsCase>& info) {
+      std::string n = std::string(fa::detail::cpu::bf16_products_name(std::get<0>(info.param))) + "_" +
+                      std::to_string(info.index) + "_" + std::get<1>(info.param).name();
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
 
 TEST(CpuAttentionEdge, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
   std::mt19937_64 rng(11);

@@ -10,10 +10,12 @@
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "api/backend.h"
 #include "api/problem.h"
+#include "common/bf16_products.h"
 #include "core/numeric.h"
 #include "cpu/convert.h"
 #include "cpu/row_ops.h"
@@ -347,7 +349,30 @@ TEST(CpuBackendCheck, FillsRunInfoForEachDirection) {
   ASSERT_TRUE(ok.check(&info).ok());
   EXPECT_EQ(info.backend, fa::Backend::kCPU);
   EXPECT_EQ(info.algorithm, fa::Algorithm::kFA2);
-  EXPECT_EQ(info.kernel, std::string("cpu_fa2_fwd_") + cpu::tile_gemm_impl());
+  // A bf16 forward is named after the products that run it.
+  {
+    fa::testing::ScopedBf16Products products(cpu::Bf16Products::kFp32);
+    ASSERT_TRUE(ok.check(&info).ok());
+    EXPECT_EQ(info.kernel, std::string("cpu_fa2_fwd_") + cpu::tile_gemm_impl());
+  }
+  {
+    fa::testing::ScopedBf16Products products(cpu::Bf16Products::kEmulated);
+    ASSERT_TRUE(ok.check(&info).ok());
+    EXPECT_EQ(info.kernel, "cpu_fa2_fwd_emulated");
+  }
+  if (cpu::amx_bf16_supported()) {
+    fa::testing::ScopedBf16Products products(cpu::Bf16Products::kAmx);
+    ASSERT_TRUE(ok.check(&info).ok());
+    EXPECT_EQ(info.kernel, "cpu_fa2_fwd_amx");
+  }
+  // Head dims that are not a multiple of 32, and fp32 inputs, always take the fp32 products.
+  const std::pair<fa::DType, int64_t> fp32_products[] = {{fa::DType::kBFloat16, 72}, {fa::DType::kFloat32, 64}};
+  for (const auto& [dtype, head_dim] : fp32_products) {
+    SmallProblem other(dtype, head_dim);
+    fa::testing::ScopedBf16Products products(cpu::Bf16Products::kEmulated);
+    ASSERT_TRUE(other.check(&info).ok());
+    EXPECT_EQ(info.kernel, std::string("cpu_fa2_fwd_") + cpu::tile_gemm_impl());
+  }
 
   fa::Capabilities caps = fa::detail::cpu_capabilities();
   EXPECT_TRUE(caps.available);

@@ -1,0 +1,391 @@
+// bf16 tile products: AMX with AVX-512 packing on x86-64 Linux, portable loops for the same layout.
+#include "cpu/bf16_tiles.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+#include "core/numeric.h"
+
+// FLASHATTN_CPU_PORTABLE_ONLY builds without AMX (to test the rest on a machine that has it). The tile-data
+// permission is a Linux system call, so other systems run the fp32 path.
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(FLASHATTN_CPU_PORTABLE_ONLY)
+#define FLASHATTN_CPU_AMX_BUILD 1
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace flashattn::detail::cpu {
+namespace {
+
+constexpr int64_t kTileRows = 16;      // rows of every tile
+constexpr int64_t kTileK = 32;         // bf16 elements of one A row, rows of B per tile
+constexpr int64_t kTileCols = 16;      // fp32 columns of C, columns of B per tile
+constexpr int64_t kTileElems = 512;    // bf16 elements of one packed B tile (16 rows x 64 bytes)
+static_assert(kBf16TileAlign == kTileK && kBf16TileAlign == 2 * kTileCols,
+              "the products work on 32 x 32 blocks of C and 32-deep steps of k");
+
+// Element (kk, 2 i + e) of packed tile (kc, nc) of a [k x n] B: B[32 kc + 2 kk + e][16 nc + i].
+inline int64_t packed_offset(int64_t k, int64_t row, int64_t col) {
+  const int64_t kc = row / kTileK, kk = (row % kTileK) / 2, e = row % 2;
+  const int64_t nc = col / kTileCols, i = col % kTileCols;
+  return (nc * (k / kTileK) + kc) * kTileElems + kk * kTileK + 2 * i + e;
+}
+
+// The portable forms: the definition of each operation, and the emulated products.
+
+void pack_kt_portable(const uint16_t* k, int64_t ldk, int64_t keys, int64_t keys_pad, int64_t d, uint16_t* dst) {
+  for (int64_t j = 0; j < d; ++j)
+    for (int64_t r = 0; r < keys_pad; ++r) dst[packed_offset(d, j, r)] = r < keys ? k[r * ldk + j] : 0;
+}
+
+void pack_v_portable(const uint16_t* v, int64_t ldv, int64_t keys, int64_t keys_pad, int64_t d, uint16_t* dst) {
+  for (int64_t r = 0; r < keys_pad; ++r)
+    for (int64_t j = 0; j < d; ++j) dst[packed_offset(keys_pad, r, j)] = r < keys ? v[r * ldv + j] : 0;
+}
+
+void split_bf16_portable(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad, uint16_t* hi,
+                         uint16_t* lo, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      const float v = x[r * ldx + c];
+      const uint16_t h = core::float_to_bf16_bits(v);
+      hi[r * ld + c] = h;
+      lo[r * ld + c] = core::float_to_bf16_bits(v - core::bf16_bits_to_float(h));
+    }
+    for (int64_t c = n; c < n_pad; ++c) hi[r * ld + c] = lo[r * ld + c] = 0;
+  }
+}
+
+// Pairs of products summed in fp32, pair by pair, as a tile multiply does.
+void gemm_portable(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo, int64_t lda,
+                   const uint16_t* b, bool accumulate, float* c, int64_t ldc) {
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t col = 0; col < n; ++col) {
+      float acc = accumulate ? c[r * ldc + col] : 0.0f;
+      for (const uint16_t* av : {a, a_lo}) {
+        if (av == nullptr) continue;
+        for (int64_t j = 0; j < k; ++j)
+          acc += core::bf16_bits_to_float(av[r * lda + j]) * core::bf16_bits_to_float(b[packed_offset(k, j, col)]);
+      }
+      c[r * ldc + col] = acc;
+    }
+}
+
+#ifdef FLASHATTN_CPU_AMX_BUILD
+
+constexpr unsigned kCpuidAmxBf16 = 1u << 22;     // leaf 7.0 EDX
+constexpr unsigned kCpuidAmxTile = 1u << 24;     // leaf 7.0 EDX
+constexpr unsigned kCpuidAvx512f = 1u << 16;     // leaf 7.0 EBX
+constexpr unsigned kCpuidAvx512bw = 1u << 30;    // leaf 7.0 EBX
+constexpr unsigned kCpuidAvx512bf16 = 1u << 5;   // leaf 7.1 EAX
+constexpr unsigned kCpuidOsxsave = 1u << 27;     // leaf 1 ECX
+constexpr uint64_t kXcr0Avx512 = 0xe6;           // SSE, AVX, opmask, ZMM state enabled by the OS
+constexpr uint64_t kXcr0Tiles = 3ull << 17;      // XTILECFG, XTILEDATA
+constexpr long kArchReqXcompPerm = 0x1023;       // arch_prctl: ask for an extended state component
+constexpr long kXfeatureXtiledata = 18;
+
+uint64_t read_xcr0() {
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+
+bool detect_amx_bf16() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & kCpuidOsxsave)) return false;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool tiles = (edx & kCpuidAmxTile) && (edx & kCpuidAmxBf16);
+  const bool avx512 = (ebx & kCpuidAvx512f) && (ebx & kCpuidAvx512bw);
+  if (!tiles || !avx512) return false;
+  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !(eax & kCpuidAvx512bf16)) return false;
+  const uint64_t xcr0 = read_xcr0();
+  if ((xcr0 & kXcr0Avx512) != kXcr0Avx512 || (xcr0 & kXcr0Tiles) != kXcr0Tiles) return false;
+  // Linux hands out the 8 KiB of tile state per thread only to processes that ask for it.
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// The tile configuration (64 bytes, palette 1): all eight tiles 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads exactly 64 bytes");
+
+constexpr TileConfig make_tile_config() {
+  TileConfig config;
+  constexpr int kTiles = 8;
+  for (int t = 0; t < kTiles; ++t) {
+    config.bytes_per_row[t] = uint16_t(kTileK * sizeof(uint16_t));
+    config.rows[t] = uint8_t(kTileRows);
+  }
+  return config;
+}
+// A constant in memory: GCC's ldtilecfg intrinsic declares a read of only 8 bytes of its operand, and the
+// stores that filled the rest of a local copy were dropped as dead.
+constexpr TileConfig kTileConfig = make_tile_config();
+
+__attribute__((target("amx-tile"))) void load_tile_config() { _tile_loadconfig(&kTileConfig); }
+
+__attribute__((target("amx-tile"))) void release_tiles() { _tile_release(); }
+
+// GCC 12 warns that the AVX-512 intrinsics' own placeholder operand (_mm512_undefined_*) may be used
+// uninitialized; it is never read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// 16 rows of 16 32-bit lanes transposed in registers: rows[i] lane j becomes rows[j] lane i.
+__attribute__((target("avx512f"))) inline void transpose_16x16_epi32(__m512i rows[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {  // lane pairs: (r0[0] r1[0] r0[1] r1[1]) per 128-bit lane
+    t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // u[i + j] holds column 4 L + j of rows i..i+3 in 128-bit lane L
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  constexpr int kEven = 0x88, kOdd = 0xdd;  // 128-bit lanes (0, 2) or (1, 3) of each operand
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], kEven);
+    const __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], kOdd);
+    const __m512i w0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], kEven);
+    const __m512i w1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], kOdd);
+    rows[j] = _mm512_shuffle_i32x4(v0, w0, kEven);
+    rows[4 + j] = _mm512_shuffle_i32x4(v1, w1, kEven);
+    rows[8 + j] = _mm512_shuffle_i32x4(v0, w0, kOdd);
+    rows[12 + j] = _mm512_shuffle_i32x4(v1, w1, kOdd);
+  }
+}
+
+// A pair of bf16 values is one 32-bit lane, so B = K^T in pairs of rows is K transposed in 32-bit lanes:
+// 16 keys x 32 dims of K become one tile by a 16 x 16 transpose.
+__attribute__((target("avx512f"))) void pack_kt_avx512(const uint16_t* k, int64_t ldk, int64_t keys,
+                                                       int64_t keys_pad, int64_t d, uint16_t* dst) {
+  const int64_t kcs = d / kTileK;
+  for (int64_t nc = 0; nc < keys_pad / kTileCols; ++nc)
+    for (int64_t kc = 0; kc < kcs; ++kc) {
+      __m512i rows[16];
+      for (int64_t i = 0; i < kTileCols; ++i) {
+        const int64_t r = nc * kTileCols + i;
+        rows[i] = r < keys ? _mm512_loadu_si512(k + r * ldk + kc * kTileK) : _mm512_setzero_si512();
+      }
+      transpose_16x16_epi32(rows);
+      uint16_t* tile = dst + (nc * kcs + kc) * kTileElems;
+      for (int64_t kk = 0; kk < kTileRows; ++kk) _mm512_storeu_si512(tile + kk * kTileK, rows[kk]);
+    }
+}
+
+// Row kk of a tile of packed V interleaves V rows 2 kk and 2 kk + 1 element by element: the first 16
+// columns of a 32-column chunk go to tile nc, the next 16 to tile nc + 1.
+__attribute__((target("avx512f,avx512bw"))) void pack_v_avx512(const uint16_t* v, int64_t ldv, int64_t keys,
+                                                               int64_t keys_pad, int64_t d, uint16_t* dst) {
+  alignas(64) uint16_t low_index[32], high_index[32];
+  for (int i = 0; i < 32; ++i) {
+    constexpr int kSecond = 32;  // permutex2var indexes the second operand from 32
+    low_index[i] = uint16_t(i / 2 + (i % 2 ? kSecond : 0));
+    high_index[i] = uint16_t(16 + i / 2 + (i % 2 ? kSecond : 0));
+  }
+  const __m512i lo_idx = _mm512_load_si512(low_index), hi_idx = _mm512_load_si512(high_index);
+  const int64_t kcs = keys_pad / kTileK;
+  for (int64_t kc = 0; kc < kcs; ++kc)
+    for (int64_t kk = 0; kk < kTileRows; ++kk) {
+      const int64_t r0 = kc * kTileK + 2 * kk, r1 = r0 + 1;
+      for (int64_t c = 0; c < d; c += kTileK) {
+        const __m512i a = r0 < keys ? _mm512_loadu_si512(v + r0 * ldv + c) : _mm512_setzero_si512();
+        const __m512i b = r1 < keys ? _mm512_loadu_si512(v + r1 * ldv + c) : _mm512_setzero_si512();
+        const int64_t nc = c / kTileCols;
+        _mm512_storeu_si512(dst + (nc * kcs + kc) * kTileElems + kk * kTileK, _mm512_permutex2var_epi16(a, lo_idx, b));
+        _mm512_storeu_si512(dst + ((nc + 1) * kcs + kc) * kTileElems + kk * kTileK,
+                            _mm512_permutex2var_epi16(a, hi_idx, b));
+      }
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_bf16_avx512(const float* x, int64_t ldx,
+                                                                             int64_t rows, int64_t n,
+                                                                             int64_t n_pad, uint16_t* hi,
+                                                                             uint16_t* lo, int64_t ld) {
+  constexpr int64_t kWidth = 16;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n_pad; c += kWidth) {
+      // Columns past n load as 0 and so store as 0.
+      const int64_t left = n - c;
+      const __mmask16 mask = left >= kWidth ? __mmask16(0xffff) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
+      const __m512 v = _mm512_maskz_loadu_ps(mask, x + r * ldx + c);
+      const __m256bh h = _mm512_cvtneps_pbh(v);
+      const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(v, _mm512_cvtpbh_ps(h)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + r * ld + c), (__m256i)h);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + r * ld + c), (__m256i)l);
+    }
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+// 32 x 32 blocks of C in tiles 0-3, two A tiles (4, 5) and two B tiles (6, 7) per 32-deep step. The tile
+// numbers are immediates of the instructions, hence the literals.
+__attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                                                          const uint16_t* a_lo, int64_t lda, const uint16_t* b,
+                                                          bool accumulate, float* c, int64_t ldc) {
+  // The tile load and store intrinsics are asm statements that declare no memory access: the barriers
+  // keep the compiler from moving the operands' stores after them, or reads of C before them.
+  __asm__ volatile("" ::: "memory");
+  const int64_t kcs = k / kTileK;
+  const int64_t a_stride = lda * int64_t(sizeof(uint16_t)), c_stride = ldc * int64_t(sizeof(float));
+  const int64_t b_stride = kTileK * int64_t(sizeof(uint16_t));
+  for (int64_t i = 0; i < m; i += 2 * kTileRows)
+    for (int64_t j = 0; j < n; j += 2 * kTileCols) {
+      float* c0 = c + i * ldc + j;
+      float* c1 = c0 + kTileRows * ldc;
+      if (accumulate) {
+        _tile_loadd(0, c0, c_stride);
+        _tile_loadd(1, c0 + kTileCols, c_stride);
+        _tile_loadd(2, c1, c_stride);
+        _tile_loadd(3, c1 + kTileCols, c_stride);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      const uint16_t* b0 = b + (j / kTileCols) * kcs * kTileElems;
+      const uint16_t* b1 = b0 + kcs * kTileElems;
+      for (int64_t kc = 0; kc < kcs; ++kc) {
+        _tile_loadd(6, b0 + kc * kTileElems, b_stride);
+        _tile_loadd(7, b1 + kc * kTileElems, b_stride);
+        _tile_loadd(4, a + i * lda + kc * kTileK, a_stride);
+        _tile_loadd(5, a + (i + kTileRows) * lda + kc * kTileK, a_stride);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        if (a_lo != nullptr) {
+          _tile_loadd(4, a_lo + i * lda + kc * kTileK, a_stride);
+          _tile_loadd(5, a_lo + (i + kTileRows) * lda + kc * kTileK, a_stride);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, c0, c_stride);
+      _tile_stored(1, c0 + kTileCols, c_stride);
+      _tile_stored(2, c1, c_stride);
+      _tile_stored(3, c1 + kTileCols, c_stride);
+    }
+  __asm__ volatile("" ::: "memory");
+}
+
+#endif  // FLASHATTN_CPU_AMX_BUILD
+
+bool use_amx(Bf16Products products) {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  return products == Bf16Products::kAmx && amx_bf16_supported();
+#else
+  (void)products;
+  return false;
+#endif
+}
+
+// -1: no override; else the Bf16Products value.
+std::atomic<int> g_override{-1};
+
+}  // namespace
+
+const char* bf16_products_name(Bf16Products products) {
+  switch (products) {
+    case Bf16Products::kAmx: return "amx";
+    case Bf16Products::kEmulated: return "emulated";
+    case Bf16Products::kFp32: break;
+  }
+  return "fp32";
+}
+
+bool amx_bf16_supported() {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  static const bool supported = detect_amx_bf16();
+  return supported;
+#else
+  return false;
+#endif
+}
+
+Bf16Products bf16_products() {
+  const int forced = g_override.load(std::memory_order_relaxed);
+  if (forced >= 0) {
+    const Bf16Products p = Bf16Products(forced);
+    return p == Bf16Products::kAmx && !amx_bf16_supported() ? Bf16Products::kFp32 : p;
+  }
+  static const bool switched_off = [] {
+    const char* env = std::getenv("FLASHATTN_CPU_AMX");
+    return env != nullptr && std::strcmp(env, "0") == 0;
+  }();
+  return !switched_off && amx_bf16_supported() ? Bf16Products::kAmx : Bf16Products::kFp32;
+}
+
+void override_bf16_products(Bf16Products products) { g_override.store(int(products), std::memory_order_relaxed); }
+void clear_bf16_products_override() { g_override.store(-1, std::memory_order_relaxed); }
+
+Bf16TileScope::Bf16TileScope(Bf16Products products) : amx_(use_amx(products)) {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  if (amx_) load_tile_config();
+#endif
+}
+
+Bf16TileScope::~Bf16TileScope() {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  if (amx_) release_tiles();
+#endif
+}
+
+void pack_kt(Bf16Products products, const uint16_t* k, int64_t ldk, int64_t keys, int64_t keys_pad, int64_t d,
+             uint16_t* dst) {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  if (use_amx(products)) return pack_kt_avx512(k, ldk, keys, keys_pad, d, dst);
+#endif
+  (void)products;
+  pack_kt_portable(k, ldk, keys, keys_pad, d, dst);
+}
+
+void pack_v(Bf16Products products, const uint16_t* v, int64_t ldv, int64_t keys, int64_t keys_pad, int64_t d,
+            uint16_t* dst) {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  if (use_amx(products)) return pack_v_avx512(v, ldv, keys, keys_pad, d, dst);
+#endif
+  (void)products;
+  pack_v_portable(v, ldv, keys, keys_pad, d, dst);
+}
+
+void split_bf16(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad,
+                uint16_t* hi, uint16_t* lo, int64_t ld) {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  if (use_amx(products)) return split_bf16_avx512(x, ldx, rows, n, n_pad, hi, lo, ld);
+#endif
+  (void)products;
+  split_bf16_portable(x, ldx, rows, n, n_pad, hi, lo, ld);
+}
+
+void bf16_gemm(Bf16Products products, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo,
+               int64_t lda, const uint16_t* b_packed, bool accumulate, float* c, int64_t ldc) {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  if (use_amx(products)) return gemm_amx(m, n, k, a, a_lo, lda, b_packed, accumulate, c, ldc);
+#endif
+  (void)products;
+  gemm_portable(m, n, k, a, a_lo, lda, b_packed, accumulate, c, ldc);
+}
+
+}  // namespace flashattn::detail::cpu

@@ -1,0 +1,78 @@
+// bf16 tile products for the CPU kernels: Intel AMX where the CPU has it, and the same data layout
+// multiplied by portable loops (to test the layout and the kernels built on it on any machine).
+//
+// An AMX tile multiply (TDPBF16PS) takes bf16 operands and accumulates their products in fp32:
+// C[16 x 16] += A[16 x 32] * B[32 x 16]. A tile is 16 rows of 64 bytes. The B tile is stored in pairs of
+// rows: row kk holds, for each column i, the two elements B[2 kk][i] and B[2 kk + 1][i] side by side, so
+// that each 4-byte column of a B row lines up with a 4-byte pair of an A row. A core multiplies about 1000
+// bf16 FLOP per cycle this way, over ten times its fp32 AVX-512 rate.
+//
+// Operands of bf16_gemm:
+//   A   row-major bf16 [m x k], any row stride;
+//   B   packed (pack_kt, pack_v) into 1 KiB tiles: tile (kc, nc) holds rows [32 kc, 32 kc + 32) and
+//       columns [16 nc, 16 nc + 16) of B, at element offset (nc * k / 32 + kc) * 512, element (kk, 2 i + e)
+//       of the tile being B[32 kc + 2 kk + e][16 nc + i];
+//   C   row-major fp32 [m x n].
+// m, n and k are multiples of 32 (kAlign): the kernels pad their tiles with zero rows and keys.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::detail::cpu {
+
+// How the CPU kernels multiply tiles of bf16 inputs.
+enum class Bf16Products {
+  kFp32,      // rows converted to fp32, then the fp32 micro-kernels of tile_gemm (any CPU)
+  kAmx,       // AMX tile multiplies on the bf16 values themselves
+  kEmulated,  // the AMX path's packing and padding, with portable loops for the multiplies (tests only)
+};
+const char* bf16_products_name(Bf16Products products);  // "fp32", "amx" or "emulated"
+
+// Whether this build, this CPU and this operating system run AMX bf16 multiplies (the first call asks
+// Linux for the tile-data permission of the process).
+bool amx_bf16_supported();
+
+// What the kernels use for bf16 inputs: kAmx where supported unless the environment variable
+// FLASHATTN_CPU_AMX is "0" (read once), else kFp32; or what override_bf16_products last set.
+Bf16Products bf16_products();
+// For tests and benchmarks: makes bf16_products() return `products` (kAmx where AMX is not supported
+// gives kFp32) until clear_bf16_products_override(). Not safe while kernels run on other threads.
+void override_bf16_products(Bf16Products products);
+void clear_bf16_products_override();
+
+constexpr int64_t kBf16TileAlign = 32;
+inline int64_t round_up_to_tile(int64_t n) { return (n + kBf16TileAlign - 1) / kBf16TileAlign * kBf16TileAlign; }
+
+// Loads the AMX tile configuration into the calling thread (for kAmx; nothing otherwise) and releases the
+// tiles when it goes out of scope, so an idle thread carries no tile state through context switches.
+class Bf16TileScope {
+ public:
+  explicit Bf16TileScope(Bf16Products products);
+  ~Bf16TileScope();
+  Bf16TileScope(const Bf16TileScope&) = delete;
+  Bf16TileScope& operator=(const Bf16TileScope&) = delete;
+
+ private:
+  bool amx_ = false;
+};
+
+// K rows (key r at k + r * ldk, d values each) as packed B of S = Q K^T: B is [d x keys_pad], B[j][r] =
+// K[r][j], zero for keys r >= keys. d and keys_pad are multiples of 32.
+void pack_kt(Bf16Products products, const uint16_t* k, int64_t ldk, int64_t keys, int64_t keys_pad, int64_t d,
+             uint16_t* dst);
+// V rows as packed B of O = P V: B is [keys_pad x d], B[r][j] = V[r][j], zero rows for r >= keys.
+void pack_v(Bf16Products products, const uint16_t* v, int64_t ldv, int64_t keys, int64_t keys_pad, int64_t d,
+            uint16_t* dst);
+
+// x = hi + lo in bf16 for rows [0, rows) and columns [0, n) of x (row stride ldx): hi is x rounded to bf16,
+// lo the rest rounded to bf16, so hi + lo carries 16 significant bits of x. Columns [n, n_pad) of hi and
+// lo (row stride ld) are set to 0. Used for the probabilities of P V, which stay nearly fp32-accurate.
+void split_bf16(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad,
+                uint16_t* hi, uint16_t* lo, int64_t ld);
+
+// C = A B (+ A_lo B when a_lo is not null) + (accumulate ? C : 0). A and a_lo share the row stride lda.
+// Needs a Bf16TileScope of the same products on this thread.
+void bf16_gemm(Bf16Products products, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo,
+               int64_t lda, const uint16_t* b_packed, bool accumulate, float* c, int64_t ldc);
+
+}  // namespace flashattn::detail::cpu

@@ -1,0 +1,160 @@
+// The bf16 tile products of the CPU kernels (src/cpu/bf16_tiles.h): the packed layouts against their
+// definition, the hi + lo split, and the products against float64, for AMX (where this CPU has it) and
+// for the portable emulation of the same layout.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/bf16_products.h"
+#include "core/numeric.h"
+#include "cpu/bf16_tiles.h"
+#include "reference/harness.h"
+
+namespace cpu = flashattn::detail::cpu;
+namespace core = flashattn::core;
+using cpu::Bf16Products;
+
+namespace {
+
+constexpr uint16_t kPoison = 0xffff;  // a bf16 NaN: any element a pack leaves unwritten shows
+
+// Element (row, col) of a packed [k x n] B, as bf16_tiles.h defines the layout (written out again here).
+int64_t packed_index(int64_t k, int64_t row, int64_t col) {
+  const int64_t tile = (col / 16) * (k / 32) + row / 32;
+  return tile * 512 + ((row % 32) / 2) * 32 + 2 * (col % 16) + row % 2;
+}
+
+std::vector<uint16_t> random_bf16(size_t n, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<uint16_t> v(n);
+  for (uint16_t& x : v) x = core::float_to_bf16_bits(dist(rng));
+  return v;
+}
+
+class Bf16Tiles : public ::testing::TestWithParam<Bf16Products> {
+ protected:
+  void SetUp() override {
+    if (!flashattn::testing::bf16_products_runnable(GetParam()))
+      GTEST_SKIP() << "this CPU (or this build) has no AMX bf16 tile multiplies";
+  }
+};
+
+TEST_P(Bf16Tiles, PacksFollowTheLayoutAndZeroThePadding) {
+  const uint64_t seed = flashattn::harness::pick_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int64_t d : {32, 64, 96, 128, 256})
+    for (int64_t keys : {1, 15, 16, 17, 31, 32, 33, 100, 128}) {
+      SCOPED_TRACE("d " + std::to_string(d) + " keys " + std::to_string(keys));
+      const int64_t keys_pad = cpu::round_up_to_tile(keys), ld = d + 8;
+      const std::vector<uint16_t> rows = random_bf16(size_t(keys * ld), rng);
+      std::vector<uint16_t> kt(size_t(keys_pad * d), kPoison), v(size_t(keys_pad * d), kPoison);
+      cpu::pack_kt(GetParam(), rows.data(), ld, keys, keys_pad, d, kt.data());
+      cpu::pack_v(GetParam(), rows.data(), ld, keys, keys_pad, d, v.data());
+      for (int64_t r = 0; r < keys_pad; ++r)
+        for (int64_t j = 0; j < d; ++j) {
+          const uint16_t want = r < keys ? rows[size_t(r * ld + j)] : 0;
+          ASSERT_EQ(kt[size_t(packed_index(d, j, r))], want) << "K^T key " << r << " dim " << j;
+          ASSERT_EQ(v[size_t(packed_index(keys_pad, r, j))], want) << "V key " << r << " dim " << j;
+        }
+    }
+}
+
+TEST_P(Bf16Tiles, SplitCarriesSixteenBitsAndZeroesThePadding) {
+  const uint64_t seed = flashattn::harness::pick_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // Probabilities: (0, 1], down to 2^-20 (lo stays a normal bf16 number).
+  std::uniform_real_distribution<float> exponent(-20.0f, 0.0f);
+  const int64_t rows = 5, n = 45, n_pad = 64, ldx = 50, ld = 70;
+  std::vector<float> x(size_t(rows * ldx));
+  for (float& e : x) e = std::exp2(exponent(rng));
+  std::vector<uint16_t> hi(size_t(rows * ld), kPoison), lo(size_t(rows * ld), kPoison);
+  cpu::split_bf16(GetParam(), x.data(), ldx, rows, n, n_pad, hi.data(), lo.data(), ld);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      const float v = x[size_t(r * ldx + c)];
+      const uint16_t h = hi[size_t(r * ld + c)];
+      ASSERT_EQ(h, core::float_to_bf16_bits(v)) << "hi is x rounded to nearest even, row " << r << " col " << c;
+      const double sum = double(core::bf16_bits_to_float(h)) + double(core::bf16_bits_to_float(lo[size_t(r * ld + c)]));
+      ASSERT_LE(std::abs(sum - double(v)), std::ldexp(double(v), -17)) << "row " << r << " col " << c;
+    }
+    for (int64_t c = n; c < n_pad; ++c) {
+      ASSERT_EQ(hi[size_t(r * ld + c)], 0) << "padding, row " << r << " col " << c;
+      ASSERT_EQ(lo[size_t(r * ld + c)], 0) << "padding, row " << r << " col " << c;
+    }
+  }
+}
+
+struct ProductCase {
+  int64_t m, n, k;
+  bool with_lo, accumulate;
+};
+
+TEST_P(Bf16Tiles, ProductsMatchFloat64) {
+  const uint64_t seed = flashattn::harness::pick_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  cpu::Bf16TileScope tiles(GetParam());
+  const ProductCase cases[] = {{32, 32, 32, false, false}, {64, 96, 128, true, false}, {96, 32, 256, false, true},
+                               {32, 128, 64, true, true},  {256, 64, 32, true, true}};
+  for (const ProductCase& g : cases) {
+    SCOPED_TRACE(::testing::Message() << "m " << g.m << " n " << g.n << " k " << g.k << " lo " << g.with_lo
+                                      << " accumulate " << g.accumulate);
+    const int64_t lda = g.k + 16, ldc = g.n + 8;
+    const std::vector<uint16_t> a = random_bf16(size_t(g.m * lda), rng), a_lo = random_bf16(size_t(g.m * lda), rng);
+    const std::vector<uint16_t> b = random_bf16(size_t(g.k * g.n), rng);  // [k x n] row-major
+    std::vector<uint16_t> packed(size_t(g.k * g.n), kPoison);
+    // B as V rows: pack_v is B itself in the packed layout.
+    cpu::pack_v(GetParam(), b.data(), g.n, g.k, g.k, g.n, packed.data());
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> c(size_t(g.m * ldc));
+    // Without accumulate C must not be read: NaN would show.
+    for (float& e : c) e = g.accumulate ? dist(rng) : std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> c0 = c;
+    cpu::bf16_gemm(GetParam(), g.m, g.n, g.k, a.data(), g.with_lo ? a_lo.data() : nullptr, lda, packed.data(),
+                   g.accumulate, c.data(), ldc);
+    for (int64_t i = 0; i < g.m; ++i)
+      for (int64_t j = 0; j < g.n; ++j) {
+        double exact = g.accumulate ? double(c0[size_t(i * ldc + j)]) : 0.0, magnitude = std::abs(exact);
+        for (int64_t t = 0; t < g.k; ++t) {
+          const double bv = core::bf16_bits_to_float(b[size_t(t * g.n + j)]);
+          double av = core::bf16_bits_to_float(a[size_t(i * lda + t)]);
+          if (g.with_lo) av += core::bf16_bits_to_float(a_lo[size_t(i * lda + t)]);
+          exact += av * bv;
+          magnitude += std::abs(av * bv);
+        }
+        // fp32 sums of 2k products: each step rounds by at most 2^-24 of the running magnitude.
+        const double bound = double(2 * g.k + 1) * std::ldexp(magnitude, -24) + 1e-30;
+        ASSERT_LE(std::abs(double(c[size_t(i * ldc + j)]) - exact), bound) << "C(" << i << ", " << j << ")";
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Products, Bf16Tiles, ::testing::Values(Bf16Products::kAmx, Bf16Products::kEmulated),
+                         [](const ::testing::TestParamInfo<Bf16Products>& info) {
+                           return std::string(cpu::bf16_products_name(info.param));
+                         });
+
+TEST(Bf16Products, OverrideAndFallback) {
+  {
+    flashattn::testing::ScopedBf16Products scoped(Bf16Products::kEmulated);
+    EXPECT_EQ(cpu::bf16_products(), Bf16Products::kEmulated);
+  }
+  {
+    flashattn::testing::ScopedBf16Products scoped(Bf16Products::kAmx);
+    EXPECT_EQ(cpu::bf16_products(), cpu::amx_bf16_supported() ? Bf16Products::kAmx : Bf16Products::kFp32);
+  }
+  {
+    flashattn::testing::ScopedBf16Products scoped(Bf16Products::kFp32);
+    EXPECT_EQ(cpu::bf16_products(), Bf16Products::kFp32);
+  }
+  EXPECT_STREQ(cpu::bf16_products_name(Bf16Products::kAmx), "amx");
+  EXPECT_STREQ(cpu::bf16_products_name(Bf16Products::kFp32), "fp32");
+}
+
+}  // namespace
