@@ -29,6 +29,7 @@ struct BenchOptions {
   int warmup = -1;                    // untimed runs first (-1 = the benchmark's default)
   double warmup_ms = kGpuSustainedWarmupMs;  // GPU sweep and ablation: minimum warm-up time per row
   int splits = 0;                     // --decode: KV splits forced on every call (0 = the backend's choice)
+  DType cpu_dtype = DType::kFloat32;  // CPU sweep: the inputs' dtype (--dtype)
   bool forward = true;                // GPU sweep: the forward rows (--dir fwd or both)
   bool backward = true;               // GPU sweep: the backward rows (--dir bwd or both)
 };

@@ -1,5 +1,5 @@
-// `flashattn bench`: option parsing, and the CPU benchmark (fp32 forward GFLOP/s beside the SGEMM rate
-// of the same machine, measured in the same run).
+// `flashattn bench`: option parsing, and the CPU benchmark (forward GFLOP/s beside the SGEMM rate of the
+// same machine, measured in the same run).
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -22,7 +22,7 @@
 namespace flashattn::cli {
 namespace {
 
-// Shapes of about a second each on a 2-core machine: batch 1, 8 heads, fp32, non-causal.
+// Shapes of about a second each on a 2-core machine (fp32): batch 1, 8 heads, non-causal.
 constexpr int64_t kCpuBatch = 1;
 constexpr int64_t kCpuHeads = 8;
 constexpr int64_t kCpuSeqlens[] = {2048, 4096};
@@ -42,6 +42,7 @@ constexpr int kMaxRepeat = 10000;
 struct CpuRow {
   int64_t seqlen = 0, head_dim = 0;
   double ms = 0, gflops = 0;
+  std::string kernel;  // what the backend ran (bf16 inputs: on AMX or on the fp32 products)
 };
 
 }  // namespace
@@ -69,7 +70,8 @@ int bench_cpu(const BenchOptions& o) {
     std::printf("sgemm ceiling: no OpenBLAS in this build; using the tile product's rate\n");
   std::printf("tile product (%s) %d^3 on %d threads: %.1f GFLOP/s\n", detail::cpu_sgemm_impl(), kSgemmN, threads,
               tile_sgemm);
-  std::printf("%6s %4s %3s %3s %10s %9s %9s\n", "N", "d", "b", "h", "ms", "GFLOP/s", "of sgemm");
+  std::printf("inputs: %s\n", to_string(o.cpu_dtype));
+  std::printf("%6s %4s %3s %3s %10s %9s %9s  %s\n", "N", "d", "b", "h", "ms", "GFLOP/s", "of sgemm", "kernel");
   std::fflush(stdout);
 
   std::vector<CpuRow> rows;
@@ -81,7 +83,7 @@ int bench_cpu(const BenchOptions& o) {
       spec.seqlen_q = spec.seqlen_k = n;
       spec.heads_q = spec.heads_kv = kCpuHeads;
       spec.head_dim = d;
-      spec.dtype = DType::kFloat32;
+      spec.dtype = o.cpu_dtype;
       Target target;
       target.backend = Backend::kCPU;
       target.threads = o.threads;
@@ -94,6 +96,8 @@ int bench_cpu(const BenchOptions& o) {
       std::vector<double> times;
       progress.phase("N " + std::to_string(n) + " d " + std::to_string(d));
       const AttentionArgs args = b.run_args();
+      RunInfo info;
+      if (s.ok()) s = check_supported(args, &info);
       if (s.ok()) s = time_calls(/*on_gpu=*/false, warmup, repeat, [&] { return forward(args); }, &times);
       progress.done();
       if (!s.ok()) {
@@ -106,9 +110,11 @@ int bench_cpu(const BenchOptions& o) {
       r.head_dim = d;
       r.ms = median(times);
       r.gflops = problem.forward_flops() / (r.ms / kMsPerSecond) / kFlopsPerGiga;
+      r.kernel = info.kernel;
       rows.push_back(r);
-      std::printf("%6lld %4lld %3lld %3lld %10.2f %9.1f %8.0f%%\n", (long long)n, (long long)d, (long long)kCpuBatch,
-                  (long long)kCpuHeads, r.ms, r.gflops, sgemm > 0 ? 100.0 * r.gflops / sgemm : 0.0);
+      std::printf("%6lld %4lld %3lld %3lld %10.2f %9.1f %8.0f%%  %s\n", (long long)n, (long long)d,
+                  (long long)kCpuBatch, (long long)kCpuHeads, r.ms, r.gflops, sgemm > 0 ? 100.0 * r.gflops / sgemm : 0.0,
+                  r.kernel.c_str());
       std::fflush(stdout);
     }
   }
@@ -116,7 +122,7 @@ int bench_cpu(const BenchOptions& o) {
   if (o.json_path.empty()) return kExitOk;
   JsonWriter j;
   begin_cpu_result(j, "cpu_forward", model, threads);
-  j.field("dtype", "fp32").field("causal", false);
+  j.field("dtype", to_string(o.cpu_dtype)).field("causal", false);
   j.field("repeat", repeat).field("warmup", warmup);
   j.key("sgemm").begin_object().field("source", blas.available ? "openblas" : "tile_product");
   j.field("gflops", sgemm).end_object();
@@ -128,7 +134,7 @@ int bench_cpu(const BenchOptions& o) {
   for (const CpuRow& r : rows) {
     j.begin_object().field("N", r.seqlen).field("d", r.head_dim).field("b", kCpuBatch).field("h", kCpuHeads);
     j.field("ms", r.ms).field("gflops", r.gflops).field("ratio_to_sgemm", sgemm > 0 ? r.gflops / sgemm : 0.0);
-    j.end_object();
+    j.field("kernel", r.kernel).end_object();
   }
   j.end_array();
   return finish_result(j, o.json_path) ? kExitOk : kExitFailure;
@@ -138,15 +144,18 @@ int cmd_bench(int argc, char** argv, int first) {
   BenchOptions o;
   std::string backend = "cpu";
   ArgParser parser("bench",
-                   "flashattn bench [--backend cpu] [--threads T] [--quick] [--repeat R] [--warmup W] [--json FILE]\n"
+                   "flashattn bench [--backend cpu] [--dtype fp32|bf16|fp16] [--threads T] [--quick] [--repeat R]\n"
+                   "                [--warmup W] [--json FILE]\n"
                    "       flashattn bench --gpu [--algo fa3,fa2,fa1,standard] [--dir fwd|bwd|both] [--quick]\n"
                    "                       [--repeat R] [--warmup W] [--warmup-ms MS] [--json FILE]\n"
                    "       flashattn bench --gpu --ablation [--repeat R] [--warmup W] [--warmup-ms MS] [--json FILE]\n"
                    "       flashattn bench --gpu --decode [--splits S] [--repeat R] [--warmup W] [--json FILE]\n"
                    "       flashattn bench --backend cpu --decode [--threads T] [--splits S] [--quick] [--repeat R]\n"
                    "                       [--warmup W] [--json FILE]",
-                   "CPU (default): fp32 forward GFLOP/s at seqlen 2048 and 4096, head_dim 64 and 128 (batch 1,\n"
-                   "8 heads, non-causal), beside this machine's SGEMM rate measured in the same run.\n"
+                   "CPU (default): forward GFLOP/s at seqlen 2048 and 4096, head_dim 64 and 128 (batch 1, 8 heads,\n"
+                   "non-causal; fp32 inputs unless --dtype), beside this machine's SGEMM rate measured in the same\n"
+                   "run, and the kernel that ran (bf16 inputs run on AMX where the CPU has it; FLASHATTN_CPU_AMX=0\n"
+                   "turns that off).\n"
                    "GPU (--gpu): the FlashAttention papers' sweep in bf16: 16384 tokens (batch = 16384 / seqlen),\n"
                    "hidden 2048 (heads = 2048 / head_dim), head_dim 64/128/256, seqlen 512..16k, causal and not,\n"
                    "forward and backward (--dir: one of them). FLOPs: forward 4*B*H*N*N*d (half for causal),\n"
@@ -201,6 +210,8 @@ int cmd_bench(int argc, char** argv, int first) {
   parser.add_int("splits", &o.splits, "S", "--decode: KV splits per sequence (0 = the backend's choice)", 0,
                  kMaxKVSplits);
   parser.add_int("threads", &o.threads, "T", "CPU worker threads (0 = all hardware threads)", 0, kMaxThreads);
+  parser.add_custom("dtype", "T", "CPU sweep: dtype of the inputs (fp32, bf16 or fp16)", "fp32",
+                    [&](const std::string& t, std::string* e) { return parse_dtype(t, &o.cpu_dtype, e); });
   parser.add_int("repeat", &o.repeat, "R", "timed runs per shape (0 = 3 on cpu, 5 for cpu --decode, 10 on gpu)", 0,
                  kMaxRepeat);
   parser.add_int("warmup", &o.warmup, "W", "untimed runs first (-1 = 1 on cpu, 3 on gpu; sweep, ablation: >= 200 ms)",
@@ -241,6 +252,10 @@ int cmd_bench(int argc, char** argv, int first) {
   }
   if (parser.given("warmup-ms") && (!o.gpu || o.decode)) {
     parser.usage_error("--warmup-ms applies to the GPU sweep and --ablation only");
+    return kExitUsage;
+  }
+  if ((o.gpu || o.decode) && parser.given("dtype")) {
+    parser.usage_error("--dtype applies to the CPU sweep only (the GPU sweep and --decode run bf16)");
     return kExitUsage;
   }
   if (o.gpu && parser.given("threads")) {
