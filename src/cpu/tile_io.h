@@ -99,12 +99,16 @@ class RowPrefetcher {
 
   int64_t remaining() const { return total_lines_ - next_; }
 
-  // Issues up to `lines` more prefetches; returns how many it issued.
+  // Issues up to `lines` more prefetches; returns how many it issued. Steps row and line along (a division
+  // per line cost as much as the prefetches themselves).
   int64_t issue(int64_t lines) {
     const int64_t begin = next_;
     for (const int64_t end = std::min(total_lines_, next_ + lines); next_ < end; ++next_) {
-      const int64_t row = next_ / lines_per_row_, line = next_ % lines_per_row_;
-      __builtin_prefetch(base_ + row * row_stride_bytes_ + line * kLineBytes, /*rw=*/0, /*locality=*/2);
+      __builtin_prefetch(base_ + row_ * row_stride_bytes_ + line_ * kLineBytes, /*rw=*/0, /*locality=*/2);
+      if (++line_ == lines_per_row_) {
+        line_ = 0;
+        ++row_;
+      }
     }
     return next_ - begin;
   }
@@ -115,7 +119,9 @@ class RowPrefetcher {
   int64_t row_stride_bytes_ = 0;
   int64_t lines_per_row_ = 0;
   int64_t total_lines_ = 0;
-  int64_t next_ = 0;
+  int64_t next_ = 0;  // lines issued so far: line_ of row row_ is next
+  int64_t row_ = 0;
+  int64_t line_ = 0;
 };
 
 // Several row ranges to prefetch, spread evenly over a number of steps of the current tile's work.
