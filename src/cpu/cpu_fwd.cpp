@@ -41,9 +41,10 @@ class Fp32Products {
     v_ = view_rows(p_, p_.v, tile.batch, k_offset, k0, kn, tile.kv_head, scratch_[kV]);
   }
 
-  // s[m x kn] = alpha Q K^T.
-  void scores(int64_t m, int64_t kn, float alpha, float* s, int64_t lds) {
+  // s[m x kn] = alpha Q K^T; returns the factor left for the softmax to apply (none).
+  float scores(int64_t m, int64_t kn, float alpha, float* s, int64_t lds) {
     tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, scratch_[kQ], d_, k_.data, k_.ld, /*beta=*/0.0f, s, lds);
+    return 1.0f;
   }
 
   // o[m x d] += P V, P in s.
@@ -102,11 +103,14 @@ class Bf16TileProducts {
     pack_v(products_, rows_of(p_.v, tile, row), p_.v.row_stride, kn, keys_pad_, d_, buffer(kV));
   }
 
-  // s[rows_pad x keys_pad] = Q K^T, then the m x kn scores scaled by alpha (the padding stays 0).
-  void scores(int64_t m, int64_t kn, float alpha, float* s, int64_t lds) {
+  // s[rows_pad x keys_pad] = Q K^T. The exponentials fold in a positive alpha without softcap (the return
+  // value); otherwise the m x kn scores are scaled here and 1 is returned. The padding stays 0.
+  float scores(int64_t m, int64_t kn, float alpha, float* s, int64_t lds) {
     bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kQ), nullptr, d_, buffer(kK), /*accumulate=*/false, s,
               lds);
+    if (alpha > 0.0f && p_.softcap <= 0.0f) return alpha;
     for (int64_t r = 0; r < m; ++r) scale_row(s + r * lds, kn, alpha);
+    return 1.0f;
   }
 
   // o[rows_pad x d] += P V with P = hi + lo.
@@ -182,8 +186,8 @@ class ForwardTileRunner {
         prefetch_.add(RowPrefetcher(p_, p_.v, tile.batch, k_offset + k0 + bc, next_rows, tile.kv_head));
       }
       prefetch_.spread_over(m);
-      products_.scores(m, kn, alpha, s, bc);
-      online_softmax_block(s, bc, m, kn, k0, tile, mask, p_.softcap, o, d_, rows_.data(),
+      const float score_scale = products_.scores(m, kn, alpha, s, bc);
+      online_softmax_block(s, bc, m, kn, k0, tile, mask, p_.softcap, score_scale, o, d_, rows_.data(),
                            [&] { prefetch_.step(); });
       products_.accumulate(m, kn, s, bc, o);
     }

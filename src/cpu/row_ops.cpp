@@ -48,15 +48,16 @@ inline void copy_bits(const From& from, To* to) {
   std::memcpy(to, &from, sizeof *to);
 }
 
-// exp2_poly (row_ops.h) of x[l] - shift on the lanes of V: the same operations in the same order, so the
-// same bits.
-template <typename V>
-inline void exp2_shift_vec(const float* x, float shift, V* out) {
+// exp2_poly (row_ops.h) of x[l] - shift (of x[l] * scale - shift, each step rounded, when kScaled) on the
+// lanes of V: the same operations in the same order, so the same bits.
+template <bool kScaled, typename V>
+inline void exp2_shift_vec(const float* x, float scale, float shift, V* out) {
   using E = Exp2Poly;
   using I = typename Lanes<V>::I;
   using U = typename Lanes<V>::U;
   V v;
   load(x, &v);
+  if (kScaled) v *= scale;
   v -= shift;
   const V lo = V{} + E::kMinExp;
   const V hi = V{} + E::kMaxExp;
@@ -115,28 +116,38 @@ FLASHATTN_ROW_CLONES float row_max(const float* x, int64_t n) {
 
 // The sum runs in 8 lanes, lane l adding x[l], x[l + 8], x[l + 16], ... in that order, whether the
 // exponentials were computed 16 or 8 at a time; then the lanes in order, then the scalar tail.
-FLASHATTN_ROW_CLONES float exp2_shift_sum(float* x, int64_t n, float shift) {
+// Always inlined: each clone of its callers must compile it for its own ISA.
+template <bool kScaled>
+__attribute__((always_inline)) inline float exp2_sum_loop(float* x, int64_t n, float scale, float shift) {
   F8 acc{}, e, e_hi;
   F16 e16;
   int64_t i = 0;
   for (; i + 2 * kWidth <= n; i += 2 * kWidth) {
-    exp2_shift_vec(x + i, shift, &e16);
+    exp2_shift_vec<kScaled>(x + i, scale, shift, &e16);
     store(x + i, e16);
     split_halves(e16, &e, &e_hi);
     acc += e;
     acc += e_hi;
   }
   for (; i + kWidth <= n; i += kWidth) {
-    exp2_shift_vec(x + i, shift, &e);
+    exp2_shift_vec<kScaled>(x + i, scale, shift, &e);
     store(x + i, e);
     acc += e;
   }
   float tail = 0.0f;
   for (; i < n; ++i) {
-    x[i] = exp2_poly(x[i] - shift);
+    x[i] = exp2_poly((kScaled ? x[i] * scale : x[i]) - shift);
     tail += x[i];
   }
   return sum_lanes(acc) + tail;
+}
+
+FLASHATTN_ROW_CLONES float exp2_shift_sum(float* x, int64_t n, float shift) {
+  return exp2_sum_loop</*kScaled=*/false>(x, n, 1.0f, shift);
+}
+
+FLASHATTN_ROW_CLONES float exp2_scale_shift_sum(float* x, int64_t n, float scale, float shift) {
+  return exp2_sum_loop</*kScaled=*/true>(x, n, scale, shift);
 }
 
 FLASHATTN_ROW_CLONES void exp2_shift(float* x, int64_t n, float shift) {
@@ -144,11 +155,11 @@ FLASHATTN_ROW_CLONES void exp2_shift(float* x, int64_t n, float shift) {
   F16 e16;
   int64_t i = 0;
   for (; i + 2 * kWidth <= n; i += 2 * kWidth) {
-    exp2_shift_vec(x + i, shift, &e16);
+    exp2_shift_vec</*kScaled=*/false>(x + i, 1.0f, shift, &e16);
     store(x + i, e16);
   }
   for (; i + kWidth <= n; i += kWidth) {
-    exp2_shift_vec(x + i, shift, &e);
+    exp2_shift_vec</*kScaled=*/false>(x + i, 1.0f, shift, &e);
     store(x + i, e);
   }
   for (; i < n; ++i) x[i] = exp2_poly(x[i] - shift);

@@ -53,6 +53,9 @@ inline float exp2_poly(float x) {
 float row_max(const float* x, int64_t n);
 // x[i] = 2^(x[i] - shift); returns the sum of the new values (in a fixed order).
 float exp2_shift_sum(float* x, int64_t n, float shift);
+// x[i] = 2^(x[i] * scale - shift), the product rounded to fp32 first: the bits that scaling x in place and
+// then calling exp2_shift_sum would give, without the extra pass.
+float exp2_scale_shift_sum(float* x, int64_t n, float scale, float shift);
 // x[i] = 2^(x[i] - shift), no sum (backward: the shift is the saved log-sum-exp).
 void exp2_shift(float* x, int64_t n, float shift);
 // Which variant of the loops above runs on this CPU: "avx512f", "avx2" or "baseline".

@@ -233,6 +233,15 @@ TEST(CpuRowOps, VectorLoopsMatchTheScalarPolynomialBitwise) {
       ASSERT_EQ(std::memcmp(&plain[size_t(i)], &scalar[size_t(i)], sizeof(float)), 0) << "n " << n << " i " << i;
     }
     EXPECT_NEAR(got_sum, sum, 1e-6 * (sum + 1)) << "n " << n;
+
+    // The scaled form: the bits of a separate scaling pass, then exp2_shift_sum.
+    const float scale = 0.1803369f;
+    std::vector<float> prescaled(x), fused(x);
+    for (float& v : prescaled) v *= scale;
+    const float prescaled_sum = cpu::exp2_shift_sum(prescaled.data(), n, shift);
+    const float fused_sum = cpu::exp2_scale_shift_sum(fused.data(), n, scale, shift);
+    EXPECT_EQ(std::memcmp(&fused_sum, &prescaled_sum, sizeof fused_sum), 0) << "n " << n;
+    EXPECT_EQ(std::memcmp(fused.data(), prescaled.data(), size_t(n) * sizeof(float)), 0) << "n " << n;
   }
 }
 
