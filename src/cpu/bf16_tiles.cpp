@@ -1,12 +1,14 @@
 // bf16 tile products: AMX with AVX-512 packing on x86-64 Linux, portable loops for the same layout.
 #include "cpu/bf16_tiles.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 
 #include "core/numeric.h"
+#include "cpu/row_ops.h"
 
 // FLASHATTN_CPU_PORTABLE_ONLY builds without AMX (to test the rest on a machine that has it). The tile-data
 // permission is a Linux system call, so other systems run the fp32 path.
@@ -48,17 +50,17 @@ void pack_v_portable(const uint16_t* v, int64_t ldv, int64_t keys, int64_t keys_
     for (int64_t j = 0; j < d; ++j) dst[packed_offset(keys_pad, r, j)] = r < keys ? v[r * ldv + j] : 0;
 }
 
-void split_bf16_portable(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad, uint16_t* hi,
-                         uint16_t* lo, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < n; ++c) {
-      const float v = x[r * ldx + c];
-      const uint16_t h = core::float_to_bf16_bits(v);
-      hi[r * ld + c] = h;
-      lo[r * ld + c] = core::float_to_bf16_bits(v - core::bf16_bits_to_float(h));
-    }
-    for (int64_t c = n; c < n_pad; ++c) hi[r * ld + c] = lo[r * ld + c] = 0;
+float exp2_split_row_portable(const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale, float shift,
+                              uint16_t* hi, uint16_t* lo) {
+  float sum = 0.0f;
+  for (int64_t c = 0; c < n_pad; ++c) {
+    const float p = c >= begin && c < end ? exp2_poly(s[c] * scale - shift) : 0.0f;
+    const uint16_t h = core::float_to_bf16_bits(p);
+    hi[c] = h;
+    lo[c] = core::float_to_bf16_bits(p - core::bf16_bits_to_float(h));
+    sum += p;
   }
+  return sum;
 }
 
 // Pairs of products summed in fp32, pair by pair, as a tile multiply does.
@@ -213,23 +215,40 @@ __attribute__((target("avx512f,avx512bw"))) void pack_v_avx512(const uint16_t* v
     }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_bf16_avx512(const float* x, int64_t ldx,
-                                                                             int64_t rows, int64_t n,
-                                                                             int64_t n_pad, uint16_t* hi,
-                                                                             uint16_t* lo, int64_t ld) {
+// exp2_poly's range reduction and polynomial with fused multiply-adds, and the 2^n by vscalefps; two
+// accumulators for the sum.
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) float exp2_split_row_avx512(
+    const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale, float shift, uint16_t* hi, uint16_t* lo) {
+  using E = Exp2Poly;
   constexpr int64_t kWidth = 16;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < n_pad; c += kWidth) {
-      // Columns past n load as 0 and so store as 0.
-      const int64_t left = n - c;
-      const __mmask16 mask = left >= kWidth ? __mmask16(0xffff) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1);
-      const __m512 v = _mm512_maskz_loadu_ps(mask, x + r * ldx + c);
-      const __m256bh h = _mm512_cvtneps_pbh(v);
-      const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(v, _mm512_cvtpbh_ps(h)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + r * ld + c), (__m256i)h);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + r * ld + c), (__m256i)l);
-    }
+  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+  const __m512 min_exp = _mm512_set1_ps(E::kMinExp), max_exp = _mm512_set1_ps(E::kMaxExp);
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t c = 0; c < n_pad; c += kWidth) {
+    // Lanes of [begin, end) in this chunk; the others load as 0 and give p = 0.
+    const int64_t lo_lane = std::max<int64_t>(begin - c, 0), hi_lane = std::min<int64_t>(end - c, kWidth);
+    const __mmask16 visible =
+        hi_lane <= lo_lane ? __mmask16(0) : __mmask16(((1u << hi_lane) - 1) & ~((1u << lo_lane) - 1));
+    const __m512 x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(visible, s + c), vscale, vshift);
+    const __mmask16 keep = _mm512_mask_cmp_ps_mask(visible, x, min_exp, _CMP_GE_OQ);  // false for NaN, -inf
+    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, min_exp), max_exp);
+    const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(xc, n);
+    __m512 poly = _mm512_set1_ps(E::kC6);
+    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC5));
+    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC4));
+    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC3));
+    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC2));
+    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC1));
+    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC0));
+    const __m512 p = _mm512_maskz_scalef_ps(keep, poly, n);
+    acc[(c / kWidth) % 2] = _mm512_add_ps(acc[(c / kWidth) % 2], p);
+    const __m256bh h = _mm512_cvtneps_pbh(p);
+    const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(p, _mm512_cvtpbh_ps(h)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + c), (__m256i)h);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + c), (__m256i)l);
   }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -370,13 +389,13 @@ void pack_v(Bf16Products products, const uint16_t* v, int64_t ldv, int64_t keys,
   pack_v_portable(v, ldv, keys, keys_pad, d, dst);
 }
 
-void split_bf16(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad,
-                uint16_t* hi, uint16_t* lo, int64_t ld) {
+float exp2_split_row(Bf16Products products, const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale,
+                     float shift, uint16_t* hi, uint16_t* lo) {
 #ifdef FLASHATTN_CPU_AMX_BUILD
-  if (use_amx(products)) return split_bf16_avx512(x, ldx, rows, n, n_pad, hi, lo, ld);
+  if (use_amx(products)) return exp2_split_row_avx512(s, n_pad, begin, end, scale, shift, hi, lo);
 #endif
   (void)products;
-  split_bf16_portable(x, ldx, rows, n, n_pad, hi, lo, ld);
+  return exp2_split_row_portable(s, n_pad, begin, end, scale, shift, hi, lo);
 }
 
 void bf16_gemm(Bf16Products products, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo,

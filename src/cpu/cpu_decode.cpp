@@ -272,8 +272,9 @@ class DecodeRunner {
         float* o = o_of(g);
         tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, q_of(g), d_, k + g * block_floats_, d_,
                   /*beta=*/0.0f, s, bc);
+        ProbabilitiesInPlace probabilities(s, bc, kn);
         online_softmax_block(s, bc, m, kn, k0, tile, mask, kp_.softcap, /*score_scale=*/1.0f, o, d_, rows_of(g),
-                             [] {});
+                             probabilities, [] {});
         tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, bc, v + g * block_floats_, d_, /*beta=*/1.0f,
                   o, d_);
       }

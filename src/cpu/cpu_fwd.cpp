@@ -47,6 +47,9 @@ class Fp32Products {
     return 1.0f;
   }
 
+  // Where the softmax leaves P: in place over the scores.
+  ProbabilitiesInPlace probabilities(float* s, int64_t lds, int64_t kn) { return {s, lds, kn}; }
+
   // o[m x d] += P V, P in s.
   void accumulate(int64_t m, int64_t kn, const float* s, int64_t lds, float* o) {
     tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, lds, v_.data, v_.ld, /*beta=*/1.0f, o, d_);
@@ -65,10 +68,11 @@ class Fp32Products {
 };
 
 // Bf16TileProducts: bf16 inputs multiplied as they are, on AMX (or its portable emulation): Q rows copied,
-// each K/V block packed once per tile, P split into two bf16 terms (hi + lo keeps 16 significant bits, so
-// P V loses nothing that an fp32 P would keep at bf16 output precision). Every dimension is padded to 32:
-// rows of Q past the tile and keys past the block are zero, so the padded scores are 0 and the padded
-// P V terms vanish. Needs head_dim % 32 == 0.
+// each K/V block packed once per tile, and the softmax writes P as two bf16 terms (hi + lo, see
+// exp2_split_row) for the P V product. Every dimension is padded to 32: rows of Q and P past the tile and
+// keys past the block are zero, so the padded scores are 0 and the padded P V terms vanish (each row of
+// the products depends on its own row only, so the padding could not reach a real row anyway; zeros keep
+// it finite). Needs head_dim % 32 == 0 and a block of a multiple of 32 keys.
 class Bf16TileProducts {
  public:
   Bf16TileProducts(const Problem& p, int64_t max_stacked, int64_t bc, Bf16Products products)
@@ -82,6 +86,29 @@ class Bf16TileProducts {
 
   static constexpr bool kPadsRows = true;
 
+  // P's two terms, one bf16 row per score row, written by the softmax.
+  class Probabilities {
+   public:
+    Probabilities(const float* s, int64_t lds, uint16_t* hi, uint16_t* lo, int64_t ld, int64_t n_pad,
+                  Bf16Products products)
+        : s_(s), lds_(lds), hi_(hi), lo_(lo), ld_(ld), n_pad_(n_pad), products_(products) {}
+    void none(int64_t r) {
+      std::memset(hi_ + r * ld_, 0, size_t(n_pad_) * sizeof(uint16_t));
+      std::memset(lo_ + r * ld_, 0, size_t(n_pad_) * sizeof(uint16_t));
+    }
+    float exp(int64_t r, ColumnRange cols, float scale, float shift) {
+      return exp2_split_row(products_, s_ + r * lds_, n_pad_, cols.begin, cols.end, scale, shift, hi_ + r * ld_,
+                            lo_ + r * ld_);
+    }
+
+   private:
+    const float* s_;
+    int64_t lds_;
+    uint16_t *hi_, *lo_;
+    int64_t ld_, n_pad_;
+    Bf16Products products_;
+  };
+
   void load_q(const QueryTile& tile) {
     uint16_t* q = buffer(kQ);
     const int64_t row_offset = p_.q_row_offset(tile.batch);
@@ -93,7 +120,11 @@ class Bf16TileProducts {
                     size_t(d_) * sizeof(uint16_t));
     const int64_t m = tile.stacked();
     rows_pad_ = round_up_to_tile(m);
-    std::memset(q + m * d_, 0, size_t((rows_pad_ - m) * d_) * sizeof(uint16_t));
+    const size_t pad_rows = size_t(rows_pad_ - m);
+    std::memset(q + m * d_, 0, pad_rows * size_t(d_) * sizeof(uint16_t));
+    // The softmax writes P rows [0, m) only.
+    std::memset(buffer(kPHi) + m * bc_, 0, pad_rows * size_t(bc_) * sizeof(uint16_t));
+    std::memset(buffer(kPLo) + m * bc_, 0, pad_rows * size_t(bc_) * sizeof(uint16_t));
   }
 
   void load_kv(const QueryTile& tile, int64_t k_offset, int64_t k0, int64_t kn) {
@@ -104,7 +135,7 @@ class Bf16TileProducts {
   }
 
   // s[rows_pad x keys_pad] = Q K^T. The exponentials fold in a positive alpha without softcap (the return
-  // value); otherwise the m x kn scores are scaled here and 1 is returned. The padding stays 0.
+  // value); otherwise the m x kn scores are scaled here and 1 is returned.
   float scores(int64_t m, int64_t kn, float alpha, float* s, int64_t lds) {
     bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kQ), nullptr, d_, buffer(kK), /*accumulate=*/false, s,
               lds);
@@ -113,12 +144,14 @@ class Bf16TileProducts {
     return 1.0f;
   }
 
+  Probabilities probabilities(const float* s, int64_t lds, int64_t /*kn*/) {
+    return {s, lds, buffer(kPHi), buffer(kPLo), bc_, keys_pad_, products_};
+  }
+
   // o[rows_pad x d] += P V with P = hi + lo.
-  void accumulate(int64_t /*m*/, int64_t kn, const float* s, int64_t lds, float* o) {
-    uint16_t* hi = buffer(kPHi);
-    uint16_t* lo = buffer(kPLo);
-    split_bf16(products_, s, lds, rows_pad_, kn, keys_pad_, hi, lo, bc_);
-    bf16_gemm(products_, rows_pad_, d_, keys_pad_, hi, lo, bc_, buffer(kV), /*accumulate=*/true, o, d_);
+  void accumulate(int64_t /*m*/, int64_t /*kn*/, const float* /*s*/, int64_t /*lds*/, float* o) {
+    bf16_gemm(products_, rows_pad_, d_, keys_pad_, buffer(kPHi), buffer(kPLo), bc_, buffer(kV), /*accumulate=*/true,
+              o, d_);
   }
 
  private:
@@ -187,7 +220,8 @@ class ForwardTileRunner {
       }
       prefetch_.spread_over(m);
       const float score_scale = products_.scores(m, kn, alpha, s, bc);
-      online_softmax_block(s, bc, m, kn, k0, tile, mask, p_.softcap, score_scale, o, d_, rows_.data(),
+      auto probabilities = products_.probabilities(s, bc, kn);
+      online_softmax_block(s, bc, m, kn, k0, tile, mask, p_.softcap, score_scale, o, d_, rows_.data(), probabilities,
                            [&] { prefetch_.step(); });
       products_.accumulate(m, kn, s, bc, o);
     }

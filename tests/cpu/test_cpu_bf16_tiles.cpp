@@ -1,5 +1,5 @@
 // The bf16 tile products of the CPU kernels (src/cpu/bf16_tiles.h): the packed layouts against their
-// definition, the hi + lo split, and the products against float64, for AMX (where this CPU has it) and
+// definition, the probability rows (exponentials split into hi + lo), and the products against float64, for AMX (where this CPU has it) and
 // for the portable emulation of the same layout.
 #include <gtest/gtest.h>
 
@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/bf16_products.h"
@@ -64,29 +65,36 @@ TEST_P(Bf16Tiles, PacksFollowTheLayoutAndZeroThePadding) {
     }
 }
 
-TEST_P(Bf16Tiles, SplitCarriesSixteenBitsAndZeroesThePadding) {
+TEST_P(Bf16Tiles, ProbabilityRowsCarrySixteenBitsAndZeroTheRest) {
   const uint64_t seed = flashattn::harness::pick_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  // Probabilities: (0, 1], down to 2^-20 (lo stays a normal bf16 number).
-  std::uniform_real_distribution<float> exponent(-20.0f, 0.0f);
-  const int64_t rows = 5, n = 45, n_pad = 64, ldx = 50, ld = 70;
-  std::vector<float> x(size_t(rows * ldx));
-  for (float& e : x) e = std::exp2(exponent(rng));
-  std::vector<uint16_t> hi(size_t(rows * ld), kPoison), lo(size_t(rows * ld), kPoison);
-  cpu::split_bf16(GetParam(), x.data(), ldx, rows, n, n_pad, hi.data(), lo.data(), ld);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < n; ++c) {
-      const float v = x[size_t(r * ldx + c)];
-      const uint16_t h = hi[size_t(r * ld + c)];
-      ASSERT_EQ(h, core::float_to_bf16_bits(v)) << "hi is x rounded to nearest even, row " << r << " col " << c;
-      const double sum = double(core::bf16_bits_to_float(h)) + double(core::bf16_bits_to_float(lo[size_t(r * ld + c)]));
-      ASSERT_LE(std::abs(sum - double(v)), std::ldexp(double(v), -17)) << "row " << r << " col " << c;
+  std::uniform_real_distribution<float> dist(-30.0f, 10.0f);
+  const float scale = 0.72134752f, shift = 6.5f;  // exponents from -28 down to -128: a few underflow to 0
+  const int64_t n_pad = 96;
+  const std::pair<int64_t, int64_t> ranges[] = {{0, 96}, {0, 1}, {5, 90}, {17, 18}, {40, 40}, {31, 65}, {0, 77}};
+  for (auto [begin, end] : ranges) {
+    SCOPED_TRACE("columns [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+    // Scores outside [begin, end) are NaN: reading one would show.
+    std::vector<float> s(size_t(n_pad), std::numeric_limits<float>::quiet_NaN());
+    for (int64_t c = begin; c < end; ++c) s[size_t(c)] = dist(rng);
+    std::vector<uint16_t> hi(size_t(n_pad), kPoison), lo(size_t(n_pad), kPoison);
+    const float sum = cpu::exp2_split_row(GetParam(), s.data(), n_pad, begin, end, scale, shift, hi.data(), lo.data());
+    double exact_sum = 0.0;
+    for (int64_t c = 0; c < n_pad; ++c) {
+      const double h = core::bf16_bits_to_float(hi[size_t(c)]), l = core::bf16_bits_to_float(lo[size_t(c)]);
+      if (c < begin || c >= end) {
+        ASSERT_EQ(hi[size_t(c)], 0) << "column " << c;
+        ASSERT_EQ(lo[size_t(c)], 0) << "column " << c;
+        continue;
+      }
+      const double exact = std::exp2(double(s[size_t(c)]) * double(scale) - double(shift));
+      exact_sum += exact;
+      if (exact < std::ldexp(1.0, -124)) continue;  // may flush to 0 at the edge of the range
+      ASSERT_LE(std::abs(h + l - exact), std::ldexp(exact, -16)) << "column " << c;
+      ASSERT_LE(std::abs(l), std::ldexp(std::abs(h), -8)) << "lo is the remainder of hi, column " << c;
     }
-    for (int64_t c = n; c < n_pad; ++c) {
-      ASSERT_EQ(hi[size_t(r * ld + c)], 0) << "padding, row " << r << " col " << c;
-      ASSERT_EQ(lo[size_t(r * ld + c)], 0) << "padding, row " << r << " col " << c;
-    }
+    EXPECT_LE(std::abs(double(sum) - exact_sum), std::ldexp(exact_sum, -16) + 1e-37);  // 96 fp32 additions
   }
 }
 
