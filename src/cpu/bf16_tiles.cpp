@@ -138,11 +138,12 @@ __attribute__((target("amx-tile"))) void load_tile_config() { _tile_loadconfig(&
 
 __attribute__((target("amx-tile"))) void release_tiles() { _tile_release(); }
 
-// GCC 12 warns that the AVX-512 intrinsics' own placeholder operand (_mm512_undefined_*) may be used
+// GCC 12 warns that the AVX-512 intrinsics' own placeholder operand (_mm512_undefined_*) is or may be used
 // uninitialized; it is never read.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 // 16 rows of 16 32-bit lanes transposed in registers: rows[i] lane j becomes rows[j] lane i.
@@ -215,40 +216,47 @@ __attribute__((target("avx512f,avx512bw"))) void pack_v_avx512(const uint16_t* v
     }
 }
 
-// exp2_poly's range reduction and polynomial with fused multiply-adds, and the 2^n by vscalefps; two
-// accumulators for the sum.
-__attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) float exp2_split_row_avx512(
-    const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale, float shift, uint16_t* hi, uint16_t* lo) {
+// exp2_poly's range reduction and polynomial with fused multiply-adds, and the 2^n by vscalefps, for the 16
+// columns from c; writes their hi and lo terms and returns p.
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline __m512 exp2_split_chunk(
+    const float* s, int64_t c, int64_t begin, int64_t end, __m512 scale, __m512 shift, uint16_t* hi, uint16_t* lo) {
   using E = Exp2Poly;
   constexpr int64_t kWidth = 16;
-  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+  // Lanes of [begin, end) in this chunk; the others load as 0 and give p = 0.
+  const int64_t first = std::max<int64_t>(begin - c, 0), last = std::min<int64_t>(end - c, kWidth);
+  const __mmask16 visible = last <= first ? __mmask16(0) : __mmask16(((1u << last) - 1) & ~((1u << first) - 1));
   const __m512 min_exp = _mm512_set1_ps(E::kMinExp), max_exp = _mm512_set1_ps(E::kMaxExp);
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (int64_t c = 0; c < n_pad; c += kWidth) {
-    // Lanes of [begin, end) in this chunk; the others load as 0 and give p = 0.
-    const int64_t lo_lane = std::max<int64_t>(begin - c, 0), hi_lane = std::min<int64_t>(end - c, kWidth);
-    const __mmask16 visible =
-        hi_lane <= lo_lane ? __mmask16(0) : __mmask16(((1u << hi_lane) - 1) & ~((1u << lo_lane) - 1));
-    const __m512 x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(visible, s + c), vscale, vshift);
-    const __mmask16 keep = _mm512_mask_cmp_ps_mask(visible, x, min_exp, _CMP_GE_OQ);  // false for NaN, -inf
-    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, min_exp), max_exp);
-    const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(xc, n);
-    __m512 poly = _mm512_set1_ps(E::kC6);
-    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC5));
-    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC4));
-    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC3));
-    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC2));
-    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC1));
-    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC0));
-    const __m512 p = _mm512_maskz_scalef_ps(keep, poly, n);
-    acc[(c / kWidth) % 2] = _mm512_add_ps(acc[(c / kWidth) % 2], p);
-    const __m256bh h = _mm512_cvtneps_pbh(p);
-    const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(p, _mm512_cvtpbh_ps(h)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + c), (__m256i)h);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + c), (__m256i)l);
+  const __m512 x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(visible, s + c), scale, shift);
+  const __mmask16 keep = _mm512_mask_cmp_ps_mask(visible, x, min_exp, _CMP_GE_OQ);  // false for NaN, -inf
+  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, min_exp), max_exp);
+  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(xc, n);
+  __m512 poly = _mm512_set1_ps(E::kC6);
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC5));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC4));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC3));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC2));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC1));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC0));
+  const __m512 p = _mm512_maskz_scalef_ps(keep, poly, n);
+  const __m256bh h = _mm512_cvtneps_pbh(p);
+  const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(p, _mm512_cvtpbh_ps(h)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + c), (__m256i)h);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + c), (__m256i)l);
+  return p;
+}
+
+// Two accumulators for the sum, one per half of each 32 columns.
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) float exp2_split_row_avx512(
+    const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale, float shift, uint16_t* hi, uint16_t* lo) {
+  constexpr int64_t kWidth = 16;
+  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (int64_t c = 0; c < n_pad; c += 2 * kWidth) {
+    acc0 = _mm512_add_ps(acc0, exp2_split_chunk(s, c, begin, end, vscale, vshift, hi, lo));
+    acc1 = _mm512_add_ps(acc1, exp2_split_chunk(s, c + kWidth, begin, end, vscale, vshift, hi, lo));
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
