@@ -63,6 +63,24 @@ float exp2_split_row_portable(const float* s, int64_t n_pad, int64_t begin, int6
   return sum;
 }
 
+inline void split_value(float v, uint16_t* hi, uint16_t* lo) {
+  *hi = core::float_to_bf16_bits(v);
+  *lo = core::float_to_bf16_bits(v - core::bf16_bits_to_float(*hi));
+}
+
+void split_rows_portable(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad, uint16_t* hi,
+                         uint16_t* lo, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n_pad; ++c) split_value(c < n ? x[r * ldx + c] : 0.0f, hi + r * ld + c, lo + r * ld + c);
+}
+
+void split_transposed_portable(const float* x, int64_t ldx, int64_t rows, int64_t cols, int64_t rows_pad,
+                               int64_t cols_pad, uint16_t* hi, uint16_t* lo, int64_t ld) {
+  for (int64_t c = 0; c < cols_pad; ++c)
+    for (int64_t r = 0; r < rows_pad; ++r)
+      split_value(r < rows && c < cols ? x[r * ldx + c] : 0.0f, hi + c * ld + r, lo + c * ld + r);
+}
+
 // Pairs of products summed in fp32, pair by pair, as a tile multiply does.
 void gemm_portable(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo, int64_t lda,
                    const uint16_t* b, bool accumulate, float* c, int64_t ldc) {
@@ -216,15 +234,55 @@ __attribute__((target("avx512f,avx512bw"))) void pack_v_avx512(const uint16_t* v
     }
 }
 
+// The lanes [0, n) of a 16-lane chunk (all of them for n >= 16, none for n <= 0).
+inline __mmask16 first_lanes(int64_t n) {
+  constexpr int64_t kWidth = 16;
+  return n >= kWidth ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// 16 floats as hi and lo terms at hi, lo.
+__attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline void split_store(__m512 v, uint16_t* hi,
+                                                                                            uint16_t* lo) {
+  const __m256bh h = _mm512_cvtneps_pbh(v);
+  const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(v, _mm512_cvtpbh_ps(h)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), (__m256i)h);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), (__m256i)l);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_rows_avx512(const float* x, int64_t ldx,
+                                                                             int64_t rows, int64_t n, int64_t n_pad,
+                                                                             uint16_t* hi, uint16_t* lo, int64_t ld) {
+  constexpr int64_t kWidth = 16;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < n_pad; c += kWidth)
+      split_store(_mm512_maskz_loadu_ps(first_lanes(n - c), x + r * ldx + c), hi + r * ld + c, lo + r * ld + c);
+}
+
+// 16 x 16 blocks of x through the 32-bit transpose, each row of the result split as it is stored.
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_transposed_avx512(
+    const float* x, int64_t ldx, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad, uint16_t* hi,
+    uint16_t* lo, int64_t ld) {
+  constexpr int64_t kWidth = 16;
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += kWidth)
+    for (int64_t c0 = 0; c0 < cols_pad; c0 += kWidth) {
+      const __mmask16 in_cols = first_lanes(cols - c0);
+      __m512i block[16];
+      for (int64_t i = 0; i < kWidth; ++i)
+        block[i] = r0 + i < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(in_cols, x + (r0 + i) * ldx + c0))
+                                 : _mm512_setzero_si512();
+      transpose_16x16_epi32(block);
+      for (int64_t i = 0; i < kWidth; ++i)
+        split_store(_mm512_castsi512_ps(block[i]), hi + (c0 + i) * ld + r0, lo + (c0 + i) * ld + r0);
+    }
+}
+
 // exp2_poly's range reduction and polynomial with fused multiply-adds, and the 2^n by vscalefps, for the 16
 // columns from c; writes their hi and lo terms and returns p.
 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline __m512 exp2_split_chunk(
     const float* s, int64_t c, int64_t begin, int64_t end, __m512 scale, __m512 shift, uint16_t* hi, uint16_t* lo) {
   using E = Exp2Poly;
-  constexpr int64_t kWidth = 16;
   // Lanes of [begin, end) in this chunk; the others load as 0 and give p = 0.
-  const int64_t first = std::max<int64_t>(begin - c, 0), last = std::min<int64_t>(end - c, kWidth);
-  const __mmask16 visible = last <= first ? __mmask16(0) : __mmask16(((1u << last) - 1) & ~((1u << first) - 1));
+  const __mmask16 visible = first_lanes(end - c) & ~first_lanes(begin - c);
   const __m512 min_exp = _mm512_set1_ps(E::kMinExp), max_exp = _mm512_set1_ps(E::kMaxExp);
   const __m512 x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(visible, s + c), scale, shift);
   const __mmask16 keep = _mm512_mask_cmp_ps_mask(visible, x, min_exp, _CMP_GE_OQ);  // false for NaN, -inf
@@ -239,10 +297,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline
   poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC1));
   poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC0));
   const __m512 p = _mm512_maskz_scalef_ps(keep, poly, n);
-  const __m256bh h = _mm512_cvtneps_pbh(p);
-  const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(p, _mm512_cvtpbh_ps(h)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + c), (__m256i)h);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + c), (__m256i)l);
+  split_store(p, hi + c, lo + c);
   return p;
 }
 
@@ -404,6 +459,24 @@ float exp2_split_row(Bf16Products products, const float* s, int64_t n_pad, int64
 #endif
   (void)products;
   return exp2_split_row_portable(s, n_pad, begin, end, scale, shift, hi, lo);
+}
+
+void split_rows(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad,
+                uint16_t* hi, uint16_t* lo, int64_t ld) {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  if (use_amx(products)) return split_rows_avx512(x, ldx, rows, n, n_pad, hi, lo, ld);
+#endif
+  (void)products;
+  split_rows_portable(x, ldx, rows, n, n_pad, hi, lo, ld);
+}
+
+void split_transposed(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                      int64_t rows_pad, int64_t cols_pad, uint16_t* hi, uint16_t* lo, int64_t ld) {
+#ifdef FLASHATTN_CPU_AMX_BUILD
+  if (use_amx(products)) return split_transposed_avx512(x, ldx, rows, cols, rows_pad, cols_pad, hi, lo, ld);
+#endif
+  (void)products;
+  split_transposed_portable(x, ldx, rows, cols, rows_pad, cols_pad, hi, lo, ld);
 }
 
 void bf16_gemm(Bf16Products products, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo,

@@ -73,6 +73,16 @@ void pack_v(Bf16Products products, const uint16_t* v, int64_t ldv, int64_t keys,
 float exp2_split_row(Bf16Products products, const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale,
                      float shift, uint16_t* hi, uint16_t* lo);
 
+// Rows [0, rows) and columns [0, n) of x (row stride ldx) as two bf16 terms, hi = x rounded to bf16 and
+// lo = (x - hi) rounded to bf16 (row stride ld); columns [n, n_pad) of both are 0.
+void split_rows(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad,
+                uint16_t* hi, uint16_t* lo, int64_t ld);
+// The same terms of x transposed: row c of hi and lo (row stride ld) holds column c of x for c < cols,
+// entries [0, rows) from x's rows and 0 up to rows_pad; rows [cols, cols_pad) are 0. rows_pad and cols_pad
+// are multiples of 32.
+void split_transposed(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t cols,
+                      int64_t rows_pad, int64_t cols_pad, uint16_t* hi, uint16_t* lo, int64_t ld);
+
 // C = A B (+ A_lo B when a_lo is not null) + (accumulate ? C : 0). A and a_lo share the row stride lda.
 // Needs a Bf16TileScope of the same products on this thread.
 void bf16_gemm(Bf16Products products, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo,

@@ -20,13 +20,12 @@ bool dtype_supported(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
 }
 
-// The products name the kernel: the fp32 micro-kernel, or "amx" for bf16 forwards on AMX.
+// The products name the kernel: the fp32 micro-kernel, or "amx" for bf16 inputs on AMX.
 std::string kernel_name(const Problem& p) {
-  if (!p.backward) {
-    const cpu::Bf16Products products = cpu::forward_products(p, cpu::forward_tile_shape(p));
-    if (products != cpu::Bf16Products::kFp32) return std::string("cpu_fa2_fwd_") + cpu::bf16_products_name(products);
-  }
-  return std::string("cpu_fa2_") + (p.backward ? "bwd_" : "fwd_") + cpu::tile_gemm_impl();
+  const cpu::Bf16Products products = p.backward ? cpu::backward_products(p, cpu::backward_tile_shape(p))
+                                                : cpu::forward_products(p, cpu::forward_tile_shape(p));
+  const char* impl = products != cpu::Bf16Products::kFp32 ? cpu::bf16_products_name(products) : cpu::tile_gemm_impl();
+  return std::string("cpu_fa2_") + (p.backward ? "bwd_" : "fwd_") + impl;
 }
 
 // Turns anything thrown outside the worker pool (task lists, row statistics) into a Status.
@@ -128,7 +127,7 @@ Capabilities cpu_capabilities() {
   c.algorithm = Algorithm::kFA2;
   c.available = true;
   c.note = std::string("tiled FA2 on host threads; tile products: ") + cpu::tile_gemm_impl() + " micro-kernel";
-  if (cpu::bf16_products() == cpu::Bf16Products::kAmx) c.note += "; bf16 forward products on AMX";
+  if (cpu::bf16_products() == cpu::Bf16Products::kAmx) c.note += "; bf16 products on AMX";
   c.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   c.max_head_dim = int(kCpuMaxHeadDim);
   c.backward = c.causal = c.window = c.softcap = c.gqa = c.varlen = true;

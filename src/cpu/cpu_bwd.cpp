@@ -9,9 +9,11 @@
 // Pass 3 recomputes S and dP instead of sharing dS with pass 2, which would need either atomics on dQ or
 // a dQ buffer per KV block; the price is two extra tile products per (query tile, KV block) pair.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/softmax_online.h"
+#include "cpu/bf16_tiles.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/row_ops.h"
 #include "cpu/scratch.h"
@@ -65,42 +67,191 @@ Status prepare_row_stats(const Problem& p, int workers, RowStats* stats) {
   });
 }
 
-enum BackwardBuffer : size_t {
-  kQ,         // [stacked x d] Q rows (stacked heads), fp32
-  kDout,      // [stacked x d] dO rows
-  kDq,        // [stacked x d] dQ accumulator (query pass)
-  kK,         // [Bc x d] K converted to fp32 (fp32 inputs are read in place)
-  kV,         // [Bc x d]
-  kDk,        // [Bc x d] dK accumulator (KV pass)
-  kDv,        // [Bc x d] dV accumulator (KV pass)
-  kP,         // [stacked x Bc] scores, then probabilities
-  kDs,        // [stacked x Bc] dP, then dS
-  kCapGrad,   // [stacked x Bc] softcap derivative at the capped score
-  kRowLse,    // [stacked] LSE (log2) of the stacked rows
-  kRowDelta,  // [stacked] D of the stacked rows
+// The backward's five products on a query tile and a KV block, and what they read:
+//   S = Q K^T, dP = dO V^T (both passes), dV += P^T dO, dK += dS^T Q (KV pass), dQ += dS K (query pass).
+//
+// Fp32BackwardProducts: rows converted to fp32 (K and V read in place when fp32), fp32 tile_gemm; the
+// softmax scale of dK and dQ rides in the products.
+class Fp32BackwardProducts {
+ public:
+  Fp32BackwardProducts(const Problem& p, int64_t max_stacked, int64_t bc)
+      : p_(p), d_(p.head_dim), scratch_({max_stacked * d_, max_stacked * d_, bc * d_, bc * d_}) {}
+
+  static constexpr bool kPadsRows = false;
+  // dK and dQ leave the products already scaled.
+  float gradient_scale() const { return 1.0f; }
+
+  // Q and dO of a query tile. Always copied: they are read in place by the micro-kernel (A operand), which
+  // must find them in cache, not in L3.
+  void load_query_side(const QueryTile& tile, bool /*kv_pass*/) {
+    load_stacked(p_, p_.q, tile, scratch_[kQ]);
+    load_stacked(p_, p_.dout, tile, scratch_[kDout]);
+  }
+
+  void load_kv_block(int64_t b, int64_t kv_head, int64_t k0, int64_t kn, bool /*kv_pass*/) {
+    const int64_t k_offset = p_.k_row_offset(b);
+    k_ = view_rows(p_, p_.k, b, k_offset, k0, kn, kv_head, scratch_[kK]);
+    v_ = view_rows(p_, p_.v, b, k_offset, k0, kn, kv_head, scratch_[kV]);
+  }
+
+  // s = alpha Q K^T and ds = dO V^T, m x kn (row stride ld).
+  void scores_and_dp(int64_t m, int64_t kn, float alpha, float* s, float* ds, int64_t ld) {
+    tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, scratch_[kQ], d_, k_.data, k_.ld, /*beta=*/0.0f, s, ld);
+    tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, /*alpha=*/1.0f, scratch_[kDout], d_, v_.data, v_.ld,
+              /*beta=*/0.0f, ds, ld);
+  }
+
+  // dv += P^T dO, dk += scale dS^T Q ([kn x d], row stride d).
+  void accumulate_dkdv(int64_t m, int64_t kn, const float* p, const float* ds, int64_t ld, float* dk, float* dv) {
+    tile_gemm(Op::kTranspose, Op::kNone, kn, d_, m, /*alpha=*/1.0f, p, ld, scratch_[kDout], d_, /*beta=*/1.0f, dv,
+              d_);
+    tile_gemm(Op::kTranspose, Op::kNone, kn, d_, m, p_.scale, ds, ld, scratch_[kQ], d_, /*beta=*/1.0f, dk, d_);
+  }
+
+  // dq += scale dS K ([m x d]).
+  void accumulate_dq(int64_t m, int64_t kn, const float* ds, int64_t ld, float* dq) {
+    tile_gemm(Op::kNone, Op::kNone, m, d_, kn, p_.scale, ds, ld, k_.data, k_.ld, /*beta=*/1.0f, dq, d_);
+  }
+
+ private:
+  enum Buffer : size_t {
+    kQ,     // [stacked x d] Q rows (stacked heads), fp32
+    kDout,  // [stacked x d] dO rows
+    kK,     // [Bc x d] K converted to fp32 (fp32 inputs are read in place)
+    kV,     // [Bc x d]
+  };
+  const Problem& p_;
+  const int64_t d_;
+  Scratch scratch_;
+  RowsView k_, v_;
+};
+
+// Bf16BackwardProducts: bf16 inputs multiplied as they are, on AMX (or its portable emulation), with the
+// forward's padding to 32 (bf16_tiles.h). Q and dO rows are copied (A operands of S and dP) and, in the KV
+// pass, packed as B of dK and dV; K and V blocks are packed transposed (B of S and dP) and, in the query
+// pass, K also as B of dQ. P and dS enter their products as hi + lo bf16 terms, transposed for dV and dK.
+// dK and dQ accumulate unscaled; the scale is applied once when they are stored.
+class Bf16BackwardProducts {
+ public:
+  Bf16BackwardProducts(const Problem& p, int64_t max_stacked, int64_t bc, Bf16Products products)
+      : p_(p),
+        d_(p.head_dim),
+        bc_(bc),
+        max_stacked_(max_stacked),
+        products_(products),
+        tiles_(products),
+        scratch_({halves(max_stacked * d_), halves(max_stacked * d_), halves(max_stacked * d_),
+                  halves(max_stacked * d_), halves(bc * d_), halves(bc * d_), halves(bc * d_),
+                  halves(max_stacked * bc), halves(max_stacked * bc)}) {}
+
+  static constexpr bool kPadsRows = true;
+  float gradient_scale() const { return p_.scale; }
+
+  void load_query_side(const QueryTile& tile, bool kv_pass) {
+    rows_ = tile.stacked();
+    rows_pad_ = round_up_to_tile(rows_);
+    copy_stacked(p_.q, tile, buffer(kQ));
+    copy_stacked(p_.dout, tile, buffer(kDout));
+    if (kv_pass) {
+      pack_v(products_, buffer(kQ), d_, rows_pad_, rows_pad_, d_, buffer(kQPacked));
+      pack_v(products_, buffer(kDout), d_, rows_pad_, rows_pad_, d_, buffer(kDoutPacked));
+    }
+  }
+
+  void load_kv_block(int64_t b, int64_t kv_head, int64_t k0, int64_t kn, bool kv_pass) {
+    keys_ = kn;
+    keys_pad_ = round_up_to_tile(kn);
+    const int64_t row = p_.k_row_offset(b) + k0;
+    const uint16_t* k = rows_of(p_.k, b, row, kv_head);
+    const uint16_t* v = rows_of(p_.v, b, row, kv_head);
+    pack_kt(products_, k, p_.k.row_stride, kn, keys_pad_, d_, buffer(kKt));
+    pack_kt(products_, v, p_.v.row_stride, kn, keys_pad_, d_, buffer(kVt));
+    if (!kv_pass) pack_v(products_, k, p_.k.row_stride, kn, keys_pad_, d_, buffer(kKPacked));
+  }
+
+  void scores_and_dp(int64_t m, int64_t kn, float alpha, float* s, float* ds, int64_t ld) {
+    bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kQ), nullptr, d_, buffer(kKt), /*accumulate=*/false, s, ld);
+    bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kDout), nullptr, d_, buffer(kVt), /*accumulate=*/false, ds,
+              ld);
+    for (int64_t r = 0; r < m; ++r) scale_row(s + r * ld, kn, alpha);
+  }
+
+  // P^T and dS^T as A operands [keys_pad x rows_pad], then dV and dK over the tile's rows.
+  void accumulate_dkdv(int64_t m, int64_t kn, const float* p, const float* ds, int64_t ld, float* dk, float* dv) {
+    uint16_t* hi = buffer(kHi);
+    uint16_t* lo = buffer(kLo);
+    const int64_t lda = max_stacked_;
+    split_transposed(products_, p, ld, m, kn, rows_pad_, keys_pad_, hi, lo, lda);
+    bf16_gemm(products_, keys_pad_, d_, rows_pad_, hi, lo, lda, buffer(kDoutPacked), /*accumulate=*/true, dv, d_);
+    split_transposed(products_, ds, ld, m, kn, rows_pad_, keys_pad_, hi, lo, lda);
+    bf16_gemm(products_, keys_pad_, d_, rows_pad_, hi, lo, lda, buffer(kQPacked), /*accumulate=*/true, dk, d_);
+  }
+
+  void accumulate_dq(int64_t m, int64_t kn, const float* ds, int64_t ld, float* dq) {
+    uint16_t* hi = buffer(kHi);
+    uint16_t* lo = buffer(kLo);
+    split_rows(products_, ds, ld, rows_pad_, kn, keys_pad_, hi, lo, bc_);
+    (void)m;
+    bf16_gemm(products_, rows_pad_, d_, keys_pad_, hi, lo, bc_, buffer(kKPacked), /*accumulate=*/true, dq, d_);
+  }
+
+ private:
+  enum Buffer : size_t {
+    kQ,            // [stacked x d] Q rows, bf16, zero past the tile
+    kDout,         // [stacked x d] dO rows
+    kQPacked,      // Q as B of dK (KV pass)
+    kDoutPacked,   // dO as B of dV (KV pass)
+    kKt,           // K^T of the block, packed (B of S)
+    kVt,           // V^T of the block, packed (B of dP)
+    kKPacked,      // K as B of dQ (query pass)
+    kHi,           // P or dS, hi terms ([Bc x stacked] transposed, or [stacked x Bc])
+    kLo,           // their lo terms
+  };
+  static int64_t halves(int64_t elements) { return (elements + 1) / 2; }
+  uint16_t* buffer(Buffer b) const { return reinterpret_cast<uint16_t*>(scratch_[b]); }
+  const uint16_t* rows_of(const Strided& t, int64_t b, int64_t abs_row, int64_t head) const {
+    return static_cast<const uint16_t*>(t.ptr) + element_offset(t, b, abs_row, head);
+  }
+  // The tile's rows of t as bf16, stacked, then zero rows up to the padding.
+  void copy_stacked(const Strided& t, const QueryTile& tile, uint16_t* dst) const {
+    const int64_t row_offset = p_.q_row_offset(tile.batch);
+    for (int64_t g = 0; g < tile.heads; ++g)
+      for (int64_t r = 0; r < tile.rows; ++r)
+        std::memcpy(dst + (g * tile.rows + r) * d_,
+                    rows_of(t, tile.batch, row_offset + tile.row_begin + r, tile.head_begin + g),
+                    size_t(d_) * sizeof(uint16_t));
+    std::memset(dst + rows_ * d_, 0, size_t((rows_pad_ - rows_) * d_) * sizeof(uint16_t));
+  }
+
+  const Problem& p_;
+  const int64_t d_;
+  const int64_t bc_;
+  const int64_t max_stacked_;
+  const Bf16Products products_;
+  Bf16TileScope tiles_;
+  Scratch scratch_;
+  int64_t rows_ = 0, rows_pad_ = 0, keys_ = 0, keys_pad_ = 0;
 };
 
 // The state one worker reuses across its tasks, and the block math both gradient passes share.
+template <typename Products>
 class BackwardWorker {
  public:
-  BackwardWorker(const Problem& p, const TileShape& shape, const RowStats& stats)
+  template <typename... ProductArgs>
+  BackwardWorker(const Problem& p, const TileShape& shape, const RowStats& stats, ProductArgs... product_args)
       : p_(p),
         shape_(shape),
         stats_(stats),
         d_(p.head_dim),
         bc_(shape.block_keys),
-        max_stacked_(heads_per_tile(p, shape) * rows_per_tile(p, shape)),
-        scratch_({max_stacked_ * d_, max_stacked_ * d_, max_stacked_ * d_, bc_ * d_, bc_ * d_, bc_ * d_,
-                  bc_ * d_, max_stacked_ * bc_, max_stacked_ * bc_, max_stacked_ * bc_, max_stacked_,
-                  max_stacked_}) {}
+        max_stacked_(padded(heads_per_tile(p, shape) * rows_per_tile(p, shape))),
+        products_(p, max_stacked_, bc_, product_args...),
+        scratch_({max_stacked_ * d_, bc_ * d_, bc_ * d_, max_stacked_ * bc_, max_stacked_ * bc_, max_stacked_ * bc_,
+                  max_stacked_, max_stacked_}) {}
 
-  // Q, dO and the row statistics of a query tile. Always copied: Q and dO are read in place by the
-  // micro-kernel (A operand), which must find them in cache, not in L3.
-  void load_query_side(const QueryTile& tile) {
-    load_stacked(p_, p_.q, tile, scratch_[kQ]);
-    load_stacked(p_, p_.dout, tile, scratch_[kDout]);
-    q_ = {scratch_[kQ], d_};
-    dout_ = {scratch_[kDout], d_};
+  // Q, dO and the row statistics of a query tile.
+  void load_query_side(const QueryTile& tile, bool kv_pass) {
+    products_.load_query_side(tile, kv_pass);
     for (int64_t g = 0; g < tile.heads; ++g)
       for (int64_t r = 0; r < tile.rows; ++r) {
         const size_t i = size_t((tile.head_begin + g) * stats_.rows +
@@ -108,12 +259,6 @@ class BackwardWorker {
         scratch_[kRowLse][g * tile.rows + r] = stats_.lse_log2[i];
         scratch_[kRowDelta][g * tile.rows + r] = stats_.delta[i];
       }
-  }
-
-  void load_kv_block(int64_t b, int64_t kv_head, int64_t k0, int64_t kn) {
-    const int64_t k_offset = p_.k_row_offset(b);
-    k_ = view_rows(p_, p_.k, b, k_offset, k0, kn, kv_head, scratch_[kK]);
-    v_ = view_rows(p_, p_.v, b, k_offset, k0, kn, kv_head, scratch_[kV]);
   }
 
   // For the loaded query tile and KV block [k0, k0 + kn): P into kP and dS into kDs (both zero where
@@ -127,9 +272,7 @@ class BackwardWorker {
     const float* delta = scratch_[kRowDelta];
     const bool softcap = p_.softcap > 0.0f;
     const float alpha = softcap ? p_.scale : p_.scale * core::kLog2e;
-    tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, q_.data, q_.ld, k_.data, k_.ld, /*beta=*/0.0f, s, bc_);
-    tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, /*alpha=*/1.0f, dout_.data, dout_.ld, v_.data, v_.ld,
-              /*beta=*/0.0f, ds, bc_);
+    products_.scores_and_dp(m, kn, alpha, s, ds, bc_);
     const bool full = mask.tile_fully_visible(tile.row_begin, tile.row_end(), k0, k0 + kn);
     prefetch_.spread_over(m);
     for (int64_t r = 0; r < m; ++r) {
@@ -163,11 +306,11 @@ class BackwardWorker {
 
   // Pass 2: dK and dV of KV block [k0, k0 + kn) of (b, kv_head).
   void run_kv_block(int64_t b, int64_t kv_head, int64_t k0, int64_t kn) {
-    load_kv_block(b, kv_head, k0, kn);
+    products_.load_kv_block(b, kv_head, k0, kn, /*kv_pass=*/true);
     float* dk = scratch_[kDk];
     float* dv = scratch_[kDv];
-    fill_row(dk, kn * d_, 0.0f);
-    fill_row(dv, kn * d_, 0.0f);
+    fill_row(dk, bc_ * d_, 0.0f);
+    fill_row(dv, bc_ * d_, 0.0f);
 
     const core::MaskSpec mask = p_.mask(b);
     const int64_t len_q = p_.len_q(b);
@@ -192,20 +335,17 @@ class BackwardWorker {
       }
     for (size_t t = 0; t < tiles.size(); ++t) {
       const QueryTile& tile = tiles[t];
-      const int64_t m = tile.stacked();
-      load_query_side(tile);
+      load_query_side(tile, /*kv_pass=*/true);
       prefetch_.clear();
       if (t + 1 < tiles.size()) queue_query_side(tiles[t + 1]);
       block_probs_and_ds(tile, mask, k0, kn);
-      tile_gemm(Op::kTranspose, Op::kNone, kn, d_, m, /*alpha=*/1.0f, scratch_[kP], bc_, dout_.data, dout_.ld,
-                /*beta=*/1.0f, dv, d_);
-      tile_gemm(Op::kTranspose, Op::kNone, kn, d_, m, p_.scale, scratch_[kDs], bc_, q_.data, q_.ld,
-                /*beta=*/1.0f, dk, d_);
+      products_.accumulate_dkdv(tile.stacked(), kn, scratch_[kP], scratch_[kDs], bc_, dk, dv);
     }
 
+    const float dk_scale = products_.gradient_scale();
     const int64_t k_offset = p_.k_row_offset(b);
     for (int64_t r = 0; r < kn; ++r) {
-      store_row(dk + r * d_, d_, 1.0f, p_.dk.ptr, p_.dtype, element_offset(p_.dk, b, k_offset + k0 + r, kv_head));
+      store_row(dk + r * d_, d_, dk_scale, p_.dk.ptr, p_.dtype, element_offset(p_.dk, b, k_offset + k0 + r, kv_head));
       store_row(dv + r * d_, d_, 1.0f, p_.dv.ptr, p_.dtype, element_offset(p_.dv, b, k_offset + k0 + r, kv_head));
     }
   }
@@ -214,8 +354,8 @@ class BackwardWorker {
   void run_query_tile(const QueryTile& tile) {
     const int64_t m = tile.stacked();
     float* dq = scratch_[kDq];
-    fill_row(dq, m * d_, 0.0f);
-    load_query_side(tile);
+    fill_row(dq, padded(m) * d_, 0.0f);
+    load_query_side(tile, /*kv_pass=*/false);
     const core::MaskSpec mask = p_.mask(tile.batch);
     const int64_t len_k = p_.len_k(tile.batch);
     const int64_t k_offset = p_.k_row_offset(tile.batch);
@@ -223,7 +363,7 @@ class BackwardWorker {
     for (int64_t j = blocks.first; j < blocks.last; ++j) {
       const int64_t k0 = j * bc_;
       const int64_t kn = std::min(bc_, len_k - k0);
-      load_kv_block(tile.batch, tile.kv_head, k0, kn);
+      products_.load_kv_block(tile.batch, tile.kv_head, k0, kn, /*kv_pass=*/false);
       prefetch_.clear();
       if (j + 1 < blocks.last) {
         const int64_t next_rows = std::min(bc_, len_k - k0 - bc_);
@@ -231,13 +371,28 @@ class BackwardWorker {
         prefetch_.add(RowPrefetcher(p_, p_.v, tile.batch, k_offset + k0 + bc_, next_rows, tile.kv_head));
       }
       block_probs_and_ds(tile, mask, k0, kn);
-      tile_gemm(Op::kNone, Op::kNone, m, d_, kn, p_.scale, scratch_[kDs], bc_, k_.data, k_.ld, /*beta=*/1.0f, dq,
-                d_);
+      products_.accumulate_dq(m, kn, scratch_[kDs], bc_, dq);
     }
+    const float dq_scale = products_.gradient_scale();
+    if (dq_scale != 1.0f) scale_row(dq, m * d_, dq_scale);
     store_stacked(p_, dq, nullptr, tile, p_.dq);
   }
 
  private:
+  enum Buffer : size_t {
+    kDq,        // [stacked x d] dQ accumulator (query pass)
+    kDk,        // [Bc x d] dK accumulator (KV pass)
+    kDv,        // [Bc x d] dV accumulator (KV pass)
+    kP,         // [stacked x Bc] scores, then probabilities
+    kDs,        // [stacked x Bc] dP, then dS
+    kCapGrad,   // [stacked x Bc] softcap derivative at the capped score
+    kRowLse,    // [stacked] LSE (log2) of the stacked rows
+    kRowDelta,  // [stacked] D of the stacked rows
+  };
+
+  // Rows the products may touch past the tile's own (bf16 tiles work on 32-row blocks).
+  static int64_t padded(int64_t rows) { return Products::kPadsRows ? round_up_to_tile(rows) : rows; }
+
   // Queues the Q and dO rows of the next query tile of the KV pass.
   void queue_query_side(const QueryTile& next) {
     const int64_t row_offset = p_.q_row_offset(next.batch);
@@ -266,8 +421,8 @@ class BackwardWorker {
   const int64_t d_;
   const int64_t bc_;
   const int64_t max_stacked_;
+  Products products_;
   Scratch scratch_;
-  RowsView q_, dout_, k_, v_;  // operands of the current query tile and KV block
   PrefetchQueue prefetch_;
 };
 
@@ -284,25 +439,21 @@ std::vector<KvBlock> make_kv_blocks(const Problem& p, const TileShape& shape) {
   return blocks;
 }
 
-}  // namespace
-
-Status run_backward(const Problem& p, const TileShape& shape, int workers) {
-  RowStats stats;
-  Status s = prepare_row_stats(p, workers, &stats);
-  if (!s.ok()) return s;
-
+template <typename Products, typename... ProductArgs>
+Status run_gradient_passes(const Problem& p, const TileShape& shape, int workers, const RowStats& stats,
+                           ProductArgs... product_args) {
   const std::vector<KvBlock> kv_blocks = make_kv_blocks(p, shape);
   if (!kv_blocks.empty()) {
-    s = run_workers(resolve_worker_count(workers, int64_t(kv_blocks.size())), int64_t(kv_blocks.size()),
-                    [&](TaskQueue& queue) {
-                      BackwardWorker worker(p, shape, stats);
-                      int64_t t = 0;
-                      while (queue.pop(&t)) {
-                        const KvBlock& kb = kv_blocks[size_t(t)];
-                        worker.run_kv_block(kb.batch, kb.kv_head, kb.key_begin, kb.keys);
-                      }
-                      return Status::Ok();
-                    });
+    Status s = run_workers(resolve_worker_count(workers, int64_t(kv_blocks.size())), int64_t(kv_blocks.size()),
+                           [&](TaskQueue& queue) {
+                             BackwardWorker<Products> worker(p, shape, stats, product_args...);
+                             int64_t t = 0;
+                             while (queue.pop(&t)) {
+                               const KvBlock& kb = kv_blocks[size_t(t)];
+                               worker.run_kv_block(kb.batch, kb.kv_head, kb.key_begin, kb.keys);
+                             }
+                             return Status::Ok();
+                           });
     if (!s.ok()) return s;
   }
 
@@ -310,11 +461,24 @@ Status run_backward(const Problem& p, const TileShape& shape, int workers) {
   if (tiles.empty()) return Status::Ok();
   return run_workers(resolve_worker_count(workers, int64_t(tiles.size())), int64_t(tiles.size()),
                      [&](TaskQueue& queue) {
-                       BackwardWorker worker(p, shape, stats);
+                       BackwardWorker<Products> worker(p, shape, stats, product_args...);
                        int64_t t = 0;
                        while (queue.pop(&t)) worker.run_query_tile(tiles[size_t(t)]);
                        return Status::Ok();
                      });
+}
+
+}  // namespace
+
+Bf16Products backward_products(const Problem& p, const TileShape& shape) { return forward_products(p, shape); }
+
+Status run_backward(const Problem& p, const TileShape& shape, int workers) {
+  RowStats stats;
+  Status s = prepare_row_stats(p, workers, &stats);
+  if (!s.ok()) return s;
+  const Bf16Products products = backward_products(p, shape);
+  if (products == Bf16Products::kFp32) return run_gradient_passes<Fp32BackwardProducts>(p, shape, workers, stats);
+  return run_gradient_passes<Bf16BackwardProducts>(p, shape, workers, stats, products);
 }
 
 }  // namespace flashattn::detail::cpu

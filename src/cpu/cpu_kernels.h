@@ -16,6 +16,9 @@ TileShape backward_tile_shape(const Problem& p);
 // are multiples of 32, else kFp32.
 Bf16Products forward_products(const Problem& p, const TileShape& shape);
 
+// The same for run_backward (the same rule).
+Bf16Products backward_products(const Problem& p, const TileShape& shape);
+
 // FA2 forward: tasks over query tiles; writes out and (when present) lse. `workers` <= 0: all hardware
 // threads. The problem must have passed cpu_check.
 Status run_forward(const Problem& p, const TileShape& shape, int workers);

@@ -2,6 +2,7 @@
 // error <= 2 x (error of the same-precision naive computation) + floor. Fresh seeded inputs each run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -11,6 +12,7 @@
 
 #include "common/attention_case.h"
 #include "common/bf16_products.h"
+#include "cpu/tile_gemm.h"
 
 namespace fa = flashattn;
 using fa::DType;
@@ -134,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention, ::testing::ValuesIn(cases()),
                            return n;
                          });
 
-// bf16 forwards under each way of multiplying bf16 tiles (bf16_tiles.h): AMX where this CPU has it, the
+// bf16 forwards and backwards under each way of multiplying bf16 tiles (bf16_tiles.h): AMX where this CPU has it, the
 // portable emulation of its layout (so padding, packing and the P split are checked on any machine), and
 // the fp32 products on converted rows.
 std::vector<CaseSpec> bf16_cases() {
@@ -170,6 +172,13 @@ std::vector<CaseSpec> bf16_cases() {
 
 using Bf16ProductsCase = std::tuple<Bf16Products, CaseSpec>;
 
+// The kernel name a bf16 call reports under `products` (every head dim of bf16_cases is a multiple of 32).
+std::string expected_kernel(const std::string& direction, Bf16Products products) {
+  const char* impl = products == Bf16Products::kFp32 ? fa::detail::cpu::tile_gemm_impl()
+                                                      : fa::detail::cpu::bf16_products_name(products);
+  return "cpu_fa2_" + direction + "_" + impl;
+}
+
 class CpuBf16Forward : public ::testing::TestWithParam<Bf16ProductsCase> {};
 
 TEST_P(CpuBf16Forward, MatchesReferenceAndIsDeterministic) {
@@ -181,7 +190,9 @@ TEST_P(CpuBf16Forward, MatchesReferenceAndIsDeterministic) {
   SCOPED_TRACE(spec.name() + " seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   HostCase c(spec, rng);
-  ASSERT_TRUE(fa::forward(c.args()).ok());
+  fa::RunInfo info;
+  ASSERT_TRUE(fa::forward(c.args(), &info).ok());
+  EXPECT_EQ(info.kernel, expected_kernel("fwd", products));
   reference::Result exact, naive;
   ASSERT_TRUE(reference::forward(c.args(), reference::Precision::kFloat64, &exact).ok());
   ASSERT_TRUE(reference::forward(c.args(), reference::Precision::kNaive, &naive).ok());
@@ -195,6 +206,51 @@ TEST_P(CpuBf16Forward, MatchesReferenceAndIsDeterministic) {
   ASSERT_TRUE(fa::forward(one).ok());
   EXPECT_TRUE(out == c.out.storage && lse == c.lse.storage) << "one worker gave other bits";
 }
+
+class CpuBf16Backward : public ::testing::TestWithParam<Bf16ProductsCase> {};
+
+TEST_P(CpuBf16Backward, MatchesReferenceAndIsDeterministic) {
+  const auto& [products, spec] = GetParam();
+  if (!fa::testing::bf16_products_runnable(products))
+    GTEST_SKIP() << "this CPU (or this build) has no AMX bf16 tile multiplies";
+  fa::testing::ScopedBf16Products scoped(products);
+  const uint64_t seed = harness::pick_seed();
+  SCOPED_TRACE(spec.name() + " seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  HostCase c(spec, rng);
+  ASSERT_TRUE(fa::forward(c.args()).ok());
+  fa::RunInfo info;
+  ASSERT_TRUE(fa::backward(c.backward_args(), &info).ok());
+  EXPECT_EQ(info.kernel, expected_kernel("bwd", products));
+  reference::Result exact, naive;
+  ASSERT_TRUE(reference::backward(c.backward_args(), reference::Precision::kFloat64, &exact).ok());
+  ASSERT_TRUE(reference::backward(c.backward_args(), reference::Precision::kNaive, &naive).ok());
+  expect_matches_reference("dq", c.dq, exact.dq, naive.dq, c.spec.dtype);
+  expect_matches_reference("dk", c.dk, exact.dk, naive.dk, c.spec.dtype);
+  expect_matches_reference("dv", c.dv, exact.dv, naive.dv, c.spec.dtype);
+  // The same bits from one worker as from all of them.
+  std::vector<uint8_t> grads;
+  for (const harness::HostTensor* t : {&c.dq, &c.dk, &c.dv}) grads.insert(grads.end(), t->storage.begin(), t->storage.end());
+  fa::BackwardArgs one = c.backward_args();
+  one.fwd.num_threads = 1;
+  for (harness::HostTensor* t : {&c.dq, &c.dk, &c.dv}) harness::poison(t);
+  ASSERT_TRUE(fa::backward(one).ok());
+  std::vector<uint8_t> again;
+  for (const harness::HostTensor* t : {&c.dq, &c.dk, &c.dv}) again.insert(again.end(), t->storage.begin(), t->storage.end());
+  EXPECT_TRUE(grads == again) << "one worker gave other bits";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Products, CpuBf16Backward,
+    ::testing::Combine(::testing::Values(Bf16Products::kAmx, Bf16Products::kEmulated, Bf16Products::kFp32),
+                       ::testing::ValuesIn(bf16_cases())),
+    [](const ::testing::TestParamInfo<Bf16ProductsCase>& info) {
+      std::string n = std::string(fa::detail::cpu::bf16_products_name(std::get<0>(info.param))) + "_" +
+                      std::to_string(info.index) + "_" + std::get<1>(info.param).name();
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
 
 INSTANTIATE_TEST_SUITE_P(
     Products, CpuBf16Forward,

@@ -1,8 +1,10 @@
 // The bf16 tile products of the CPU kernels (src/cpu/bf16_tiles.h): the packed layouts against their
-// definition, the probability rows (exponentials split into hi + lo), and the products against float64, for AMX (where this CPU has it) and
+// definition, the probability rows (exponentials split into hi + lo), the splits of rows and of their
+// transpose, and the products against float64, for AMX (where this CPU has it) and
 // for the portable emulation of the same layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -96,6 +98,40 @@ TEST_P(Bf16Tiles, ProbabilityRowsCarrySixteenBitsAndZeroTheRest) {
     }
     EXPECT_LE(std::abs(double(sum) - exact_sum), std::ldexp(exact_sum, -16) + 1e-37);  // 96 fp32 additions
   }
+}
+
+// hi and lo of one value, as bf16_tiles.h defines them.
+std::pair<uint16_t, uint16_t> split_of(float v) {
+  const uint16_t hi = core::float_to_bf16_bits(v);
+  return {hi, core::float_to_bf16_bits(v - core::bf16_bits_to_float(hi))};
+}
+
+TEST_P(Bf16Tiles, SplitsOfRowsAndOfTheTransposeFollowTheDefinition) {
+  const uint64_t seed = flashattn::harness::pick_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  const int64_t rows = 37, cols = 45, rows_pad = 64, cols_pad = 64, ldx = 50, ld = 70;
+  std::vector<float> x(size_t(rows * ldx));
+  for (float& v : x) v = dist(rng);
+  std::vector<uint16_t> hi(size_t(rows_pad * ld), kPoison), lo(size_t(rows_pad * ld), kPoison);
+  cpu::split_rows(GetParam(), x.data(), ldx, rows, cols, cols_pad, hi.data(), lo.data(), ld);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols_pad; ++c) {
+      const auto [h, l] = c < cols ? split_of(x[size_t(r * ldx + c)]) : std::pair<uint16_t, uint16_t>{0, 0};
+      ASSERT_EQ(hi[size_t(r * ld + c)], h) << "rows: row " << r << " col " << c;
+      ASSERT_EQ(lo[size_t(r * ld + c)], l) << "rows: row " << r << " col " << c;
+    }
+  std::fill(hi.begin(), hi.end(), kPoison);
+  std::fill(lo.begin(), lo.end(), kPoison);
+  cpu::split_transposed(GetParam(), x.data(), ldx, rows, cols, rows_pad, cols_pad, hi.data(), lo.data(), ld);
+  for (int64_t c = 0; c < cols_pad; ++c)
+    for (int64_t r = 0; r < rows_pad; ++r) {
+      const bool inside = r < rows && c < cols;
+      const auto [h, l] = inside ? split_of(x[size_t(r * ldx + c)]) : std::pair<uint16_t, uint16_t>{0, 0};
+      ASSERT_EQ(hi[size_t(c * ld + r)], h) << "transposed: row " << c << " col " << r;
+      ASSERT_EQ(lo[size_t(c * ld + r)], l) << "transposed: row " << c << " col " << r;
+    }
 }
 
 struct ProductCase {
