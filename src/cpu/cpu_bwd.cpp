@@ -78,6 +78,7 @@ class Fp32BackwardProducts {
       : p_(p), d_(p.head_dim), scratch_({max_stacked * d_, max_stacked * d_, bc * d_, bc * d_}) {}
 
   static constexpr bool kPadsRows = false;
+  static constexpr bool kPrefetch = true;
   // dK and dQ leave the products already scaled.
   float gradient_scale() const { return 1.0f; }
 
@@ -94,11 +95,13 @@ class Fp32BackwardProducts {
     v_ = view_rows(p_, p_.v, b, k_offset, k0, kn, kv_head, scratch_[kV]);
   }
 
-  // s = alpha Q K^T and ds = dO V^T, m x kn (row stride ld).
-  void scores_and_dp(int64_t m, int64_t kn, float alpha, float* s, float* ds, int64_t ld) {
+  // s = alpha Q K^T and ds = dO V^T, m x kn (row stride ld); returns the factor left for the exponentials
+  // to apply to s (none).
+  float scores_and_dp(int64_t m, int64_t kn, float alpha, float* s, float* ds, int64_t ld) {
     tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, scratch_[kQ], d_, k_.data, k_.ld, /*beta=*/0.0f, s, ld);
     tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, /*alpha=*/1.0f, scratch_[kDout], d_, v_.data, v_.ld,
               /*beta=*/0.0f, ds, ld);
+    return 1.0f;
   }
 
   // dv += P^T dO, dk += scale dS^T Q ([kn x d], row stride d).
@@ -145,6 +148,8 @@ class Bf16BackwardProducts {
                   halves(max_stacked * bc), halves(max_stacked * bc)}) {}
 
   static constexpr bool kPadsRows = true;
+  // As in the forward: the packing reads each block at once, and software prefetches only stall.
+  static constexpr bool kPrefetch = false;
   float gradient_scale() const { return p_.scale; }
 
   void load_query_side(const QueryTile& tile, bool kv_pass) {
@@ -169,11 +174,15 @@ class Bf16BackwardProducts {
     if (!kv_pass) pack_v(products_, k, p_.k.row_stride, kn, keys_pad_, d_, buffer(kKPacked));
   }
 
-  void scores_and_dp(int64_t m, int64_t kn, float alpha, float* s, float* ds, int64_t ld) {
+  // S unscaled: the exponentials fold alpha in (returned), except with softcap, which needs the scaled
+  // score first.
+  float scores_and_dp(int64_t m, int64_t kn, float alpha, float* s, float* ds, int64_t ld) {
     bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kQ), nullptr, d_, buffer(kKt), /*accumulate=*/false, s, ld);
     bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kDout), nullptr, d_, buffer(kVt), /*accumulate=*/false, ds,
               ld);
+    if (p_.softcap <= 0.0f) return alpha;
     for (int64_t r = 0; r < m; ++r) scale_row(s + r * ld, kn, alpha);
+    return 1.0f;
   }
 
   // P^T and dS^T as A operands [keys_pad x rows_pad], then dV and dK over the tile's rows.
@@ -272,7 +281,7 @@ class BackwardWorker {
     const float* delta = scratch_[kRowDelta];
     const bool softcap = p_.softcap > 0.0f;
     const float alpha = softcap ? p_.scale : p_.scale * core::kLog2e;
-    products_.scores_and_dp(m, kn, alpha, s, ds, bc_);
+    const float score_scale = products_.scores_and_dp(m, kn, alpha, s, ds, bc_);
     const bool full = mask.tile_fully_visible(tile.row_begin, tile.row_end(), k0, k0 + kn);
     prefetch_.spread_over(m);
     for (int64_t r = 0; r < m; ++r) {
@@ -294,7 +303,10 @@ class BackwardWorker {
           srow[c] = capped * core::kLog2e;
         }
       }
-      exp2_shift(srow + c0, c1 - c0, lse[r]);
+      if (score_scale == 1.0f)
+        exp2_shift(srow + c0, c1 - c0, lse[r]);
+      else
+        exp2_scale_shift(srow + c0, c1 - c0, score_scale, lse[r]);
       const float dr = delta[r];
       for (int64_t c = c0; c < c1; ++c) dsrow[c] = srow[c] * (dsrow[c] - dr);
       if (softcap) {
@@ -337,7 +349,7 @@ class BackwardWorker {
       const QueryTile& tile = tiles[t];
       load_query_side(tile, /*kv_pass=*/true);
       prefetch_.clear();
-      if (t + 1 < tiles.size()) queue_query_side(tiles[t + 1]);
+      if (Products::kPrefetch && t + 1 < tiles.size()) queue_query_side(tiles[t + 1]);
       block_probs_and_ds(tile, mask, k0, kn);
       products_.accumulate_dkdv(tile.stacked(), kn, scratch_[kP], scratch_[kDs], bc_, dk, dv);
     }
@@ -365,7 +377,7 @@ class BackwardWorker {
       const int64_t kn = std::min(bc_, len_k - k0);
       products_.load_kv_block(tile.batch, tile.kv_head, k0, kn, /*kv_pass=*/false);
       prefetch_.clear();
-      if (j + 1 < blocks.last) {
+      if (Products::kPrefetch && j + 1 < blocks.last) {
         const int64_t next_rows = std::min(bc_, len_k - k0 - bc_);
         prefetch_.add(RowPrefetcher(p_, p_.k, tile.batch, k_offset + k0 + bc_, next_rows, tile.kv_head));
         prefetch_.add(RowPrefetcher(p_, p_.v, tile.batch, k_offset + k0 + bc_, next_rows, tile.kv_head));

@@ -150,19 +150,29 @@ FLASHATTN_ROW_CLONES float exp2_scale_shift_sum(float* x, int64_t n, float scale
   return exp2_sum_loop</*kScaled=*/true>(x, n, scale, shift);
 }
 
-FLASHATTN_ROW_CLONES void exp2_shift(float* x, int64_t n, float shift) {
+// Always inlined, as exp2_sum_loop.
+template <bool kScaled>
+__attribute__((always_inline)) inline void exp2_loop(float* x, int64_t n, float scale, float shift) {
   F8 e;
   F16 e16;
   int64_t i = 0;
   for (; i + 2 * kWidth <= n; i += 2 * kWidth) {
-    exp2_shift_vec</*kScaled=*/false>(x + i, 1.0f, shift, &e16);
+    exp2_shift_vec<kScaled>(x + i, scale, shift, &e16);
     store(x + i, e16);
   }
   for (; i + kWidth <= n; i += kWidth) {
-    exp2_shift_vec</*kScaled=*/false>(x + i, 1.0f, shift, &e);
+    exp2_shift_vec<kScaled>(x + i, scale, shift, &e);
     store(x + i, e);
   }
-  for (; i < n; ++i) x[i] = exp2_poly(x[i] - shift);
+  for (; i < n; ++i) x[i] = exp2_poly((kScaled ? x[i] * scale : x[i]) - shift);
+}
+
+FLASHATTN_ROW_CLONES void exp2_shift(float* x, int64_t n, float shift) {
+  exp2_loop</*kScaled=*/false>(x, n, 1.0f, shift);
+}
+
+FLASHATTN_ROW_CLONES void exp2_scale_shift(float* x, int64_t n, float scale, float shift) {
+  exp2_loop</*kScaled=*/true>(x, n, scale, shift);
 }
 
 const char* row_ops_variant() {

@@ -58,6 +58,8 @@ float exp2_shift_sum(float* x, int64_t n, float shift);
 float exp2_scale_shift_sum(float* x, int64_t n, float scale, float shift);
 // x[i] = 2^(x[i] - shift), no sum (backward: the shift is the saved log-sum-exp).
 void exp2_shift(float* x, int64_t n, float shift);
+// x[i] = 2^(x[i] * scale - shift), no sum: the bits of scaling first, then exp2_shift.
+void exp2_scale_shift(float* x, int64_t n, float scale, float shift);
 // Which variant of the loops above runs on this CPU: "avx512f", "avx2" or "baseline".
 const char* row_ops_variant();
 

@@ -242,6 +242,11 @@ TEST(CpuRowOps, VectorLoopsMatchTheScalarPolynomialBitwise) {
     const float fused_sum = cpu::exp2_scale_shift_sum(fused.data(), n, scale, shift);
     EXPECT_EQ(std::memcmp(&fused_sum, &prescaled_sum, sizeof fused_sum), 0) << "n " << n;
     EXPECT_EQ(std::memcmp(fused.data(), prescaled.data(), size_t(n) * sizeof(float)), 0) << "n " << n;
+    std::vector<float> prescaled_plain(x), fused_plain(x);
+    for (float& v : prescaled_plain) v *= scale;
+    cpu::exp2_shift(prescaled_plain.data(), n, shift);
+    cpu::exp2_scale_shift(fused_plain.data(), n, scale, shift);
+    EXPECT_EQ(std::memcmp(fused_plain.data(), prescaled_plain.data(), size_t(n) * sizeof(float)), 0) << "n " << n;
   }
 }
 
