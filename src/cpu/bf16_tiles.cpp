@@ -192,7 +192,7 @@ __attribute__((target("avx512f"))) inline void transpose_16x16_epi32(__m512i row
 
 // A pair of bf16 values is one 32-bit lane, so B = K^T in pairs of rows is K transposed in 32-bit lanes:
 // 16 keys x 32 dims of K become one tile by a 16 x 16 transpose.
-__attribute__((target("avx512f"))) void pack_kt_avx512(const uint16_t* k, int64_t ldk, int64_t keys,
+__attribute__((target("avx512f"))) void pack_kt_amx(const uint16_t* k, int64_t ldk, int64_t keys,
                                                        int64_t keys_pad, int64_t d, uint16_t* dst) {
   const int64_t kcs = d / kTileK;
   for (int64_t nc = 0; nc < keys_pad / kTileCols; ++nc)
@@ -210,7 +210,7 @@ __attribute__((target("avx512f"))) void pack_kt_avx512(const uint16_t* k, int64_
 
 // Row kk of a tile of packed V interleaves V rows 2 kk and 2 kk + 1 element by element: the first 16
 // columns of a 32-column chunk go to tile nc, the next 16 to tile nc + 1.
-__attribute__((target("avx512f,avx512bw"))) void pack_v_avx512(const uint16_t* v, int64_t ldv, int64_t keys,
+__attribute__((target("avx512f,avx512bw"))) void pack_v_amx(const uint16_t* v, int64_t ldv, int64_t keys,
                                                                int64_t keys_pad, int64_t d, uint16_t* dst) {
   alignas(64) uint16_t low_index[32], high_index[32];
   for (int i = 0; i < 32; ++i) {
@@ -249,7 +249,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline voi
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), (__m256i)l);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_rows_avx512(const float* x, int64_t ldx,
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_rows_amx(const float* x, int64_t ldx,
                                                                              int64_t rows, int64_t n, int64_t n_pad,
                                                                              uint16_t* hi, uint16_t* lo, int64_t ld) {
   constexpr int64_t kWidth = 16;
@@ -259,7 +259,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_rows_avx512(co
 }
 
 // 16 x 16 blocks of x through the 32-bit transpose, each row of the result split as it is stored.
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_transposed_avx512(
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_transposed_amx(
     const float* x, int64_t ldx, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad, uint16_t* hi,
     uint16_t* lo, int64_t ld) {
   constexpr int64_t kWidth = 16;
@@ -302,7 +302,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline
 }
 
 // Two accumulators for the sum, one per half of each 32 columns.
-__attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) float exp2_split_row_avx512(
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) float exp2_split_row_amx(
     const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale, float shift, uint16_t* hi, uint16_t* lo) {
   constexpr int64_t kWidth = 16;
   const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
@@ -318,8 +318,20 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) float exp2_split_row_
 #pragma GCC diagnostic pop
 #endif
 
-// 32 x 32 blocks of C in tiles 0-3, two A tiles (4, 5) and two B tiles (6, 7) per 32-deep step. The tile
-// numbers are immediates of the instructions, hence the literals.
+// C tiles 0-3 += A rows (tiles 4, 5 loaded from a0 and a1) times the B tiles 6 and 7. The tile numbers are
+// immediates of the instructions, hence the literals.
+__attribute__((target("amx-tile,amx-bf16"), always_inline)) inline void multiply_into_c(const uint16_t* a0,
+                                                                                      const uint16_t* a1,
+                                                                                      int64_t a_stride) {
+  _tile_loadd(4, a0, a_stride);
+  _tile_loadd(5, a1, a_stride);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
+// 32 x 32 blocks of C in tiles 0-3, two A tiles (4, 5) and two B tiles (6, 7) per 32-deep step.
 __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(int64_t m, int64_t n, int64_t k, const uint16_t* a,
                                                           const uint16_t* a_lo, int64_t lda, const uint16_t* b,
                                                           bool accumulate, float* c, int64_t ldc) {
@@ -349,20 +361,9 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(int64_t m, int64_t n,
       for (int64_t kc = 0; kc < kcs; ++kc) {
         _tile_loadd(6, b0 + kc * kTileElems, b_stride);
         _tile_loadd(7, b1 + kc * kTileElems, b_stride);
-        _tile_loadd(4, a + i * lda + kc * kTileK, a_stride);
-        _tile_loadd(5, a + (i + kTileRows) * lda + kc * kTileK, a_stride);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-        if (a_lo != nullptr) {
-          _tile_loadd(4, a_lo + i * lda + kc * kTileK, a_stride);
-          _tile_loadd(5, a_lo + (i + kTileRows) * lda + kc * kTileK, a_stride);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
+        const int64_t at = i * lda + kc * kTileK, below = kTileRows * lda;
+        multiply_into_c(a + at, a + at + below, a_stride);
+        if (a_lo != nullptr) multiply_into_c(a_lo + at, a_lo + at + below, a_stride);
       }
       _tile_stored(0, c0, c_stride);
       _tile_stored(1, c0 + kTileCols, c_stride);
@@ -434,58 +435,45 @@ Bf16TileScope::~Bf16TileScope() {
 #endif
 }
 
+// Each operation: its _amx form (AMX and AVX-512) when products is kAmx on a CPU that runs it, else its
+// _portable form.
+#ifdef FLASHATTN_CPU_AMX_BUILD
+#define FLASHATTN_BF16_DISPATCH(products, op, ...) \
+  (use_amx(products) ? op##_amx(__VA_ARGS__) : op##_portable(__VA_ARGS__))
+#else
+#define FLASHATTN_BF16_DISPATCH(products, op, ...) ((void)(products), op##_portable(__VA_ARGS__))
+#endif
+
 void pack_kt(Bf16Products products, const uint16_t* k, int64_t ldk, int64_t keys, int64_t keys_pad, int64_t d,
              uint16_t* dst) {
-#ifdef FLASHATTN_CPU_AMX_BUILD
-  if (use_amx(products)) return pack_kt_avx512(k, ldk, keys, keys_pad, d, dst);
-#endif
-  (void)products;
-  pack_kt_portable(k, ldk, keys, keys_pad, d, dst);
+  FLASHATTN_BF16_DISPATCH(products, pack_kt, k, ldk, keys, keys_pad, d, dst);
 }
 
 void pack_v(Bf16Products products, const uint16_t* v, int64_t ldv, int64_t keys, int64_t keys_pad, int64_t d,
             uint16_t* dst) {
-#ifdef FLASHATTN_CPU_AMX_BUILD
-  if (use_amx(products)) return pack_v_avx512(v, ldv, keys, keys_pad, d, dst);
-#endif
-  (void)products;
-  pack_v_portable(v, ldv, keys, keys_pad, d, dst);
+  FLASHATTN_BF16_DISPATCH(products, pack_v, v, ldv, keys, keys_pad, d, dst);
 }
 
 float exp2_split_row(Bf16Products products, const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale,
                      float shift, uint16_t* hi, uint16_t* lo) {
-#ifdef FLASHATTN_CPU_AMX_BUILD
-  if (use_amx(products)) return exp2_split_row_avx512(s, n_pad, begin, end, scale, shift, hi, lo);
-#endif
-  (void)products;
-  return exp2_split_row_portable(s, n_pad, begin, end, scale, shift, hi, lo);
+  return FLASHATTN_BF16_DISPATCH(products, exp2_split_row, s, n_pad, begin, end, scale, shift, hi, lo);
 }
 
 void split_rows(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad,
                 uint16_t* hi, uint16_t* lo, int64_t ld) {
-#ifdef FLASHATTN_CPU_AMX_BUILD
-  if (use_amx(products)) return split_rows_avx512(x, ldx, rows, n, n_pad, hi, lo, ld);
-#endif
-  (void)products;
-  split_rows_portable(x, ldx, rows, n, n_pad, hi, lo, ld);
+  FLASHATTN_BF16_DISPATCH(products, split_rows, x, ldx, rows, n, n_pad, hi, lo, ld);
 }
 
 void split_transposed(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t cols,
                       int64_t rows_pad, int64_t cols_pad, uint16_t* hi, uint16_t* lo, int64_t ld) {
-#ifdef FLASHATTN_CPU_AMX_BUILD
-  if (use_amx(products)) return split_transposed_avx512(x, ldx, rows, cols, rows_pad, cols_pad, hi, lo, ld);
-#endif
-  (void)products;
-  split_transposed_portable(x, ldx, rows, cols, rows_pad, cols_pad, hi, lo, ld);
+  FLASHATTN_BF16_DISPATCH(products, split_transposed, x, ldx, rows, cols, rows_pad, cols_pad, hi, lo, ld);
 }
 
 void bf16_gemm(Bf16Products products, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo,
                int64_t lda, const uint16_t* b_packed, bool accumulate, float* c, int64_t ldc) {
-#ifdef FLASHATTN_CPU_AMX_BUILD
-  if (use_amx(products)) return gemm_amx(m, n, k, a, a_lo, lda, b_packed, accumulate, c, ldc);
-#endif
-  (void)products;
-  gemm_portable(m, n, k, a, a_lo, lda, b_packed, accumulate, c, ldc);
+  FLASHATTN_BF16_DISPATCH(products, gemm, m, n, k, a, a_lo, lda, b_packed, accumulate, c, ldc);
 }
+
+#undef FLASHATTN_BF16_DISPATCH
 
 }  // namespace flashattn::detail::cpu

@@ -11,7 +11,6 @@
 // The products run in fp32 on converted rows, or, for bf16 inputs on a CPU with AMX, on the bf16 values
 // themselves (bf16_tiles.h); the element-wise steps are fp32 either way.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "core/softmax_online.h"
@@ -145,9 +144,10 @@ class Bf16BackwardProducts {
         max_stacked_(max_stacked),
         products_(products),
         tiles_(products),
-        scratch_({halves(max_stacked * d_), halves(max_stacked * d_), halves(max_stacked * d_),
-                  halves(max_stacked * d_), halves(bc * d_), halves(bc * d_), halves(bc * d_),
-                  halves(max_stacked * bc), halves(max_stacked * bc)}) {}
+        scratch_({Scratch::halves(max_stacked * d_), Scratch::halves(max_stacked * d_),
+                  Scratch::halves(max_stacked * d_), Scratch::halves(max_stacked * d_), Scratch::halves(bc * d_),
+                  Scratch::halves(bc * d_), Scratch::halves(bc * d_), Scratch::halves(max_stacked * bc),
+                  Scratch::halves(max_stacked * bc)}) {}
 
   static constexpr bool kPadsRows = true;
   // As in the forward: the packing reads each block at once, and software prefetches only stall.
@@ -155,10 +155,9 @@ class Bf16BackwardProducts {
   float gradient_scale() const { return p_.scale; }
 
   void load_query_side(const QueryTile& tile, bool kv_pass) {
-    rows_ = tile.stacked();
-    rows_pad_ = round_up_to_tile(rows_);
-    copy_stacked(p_.q, tile, buffer(kQ));
-    copy_stacked(p_.dout, tile, buffer(kDout));
+    rows_pad_ = round_up_to_tile(tile.stacked());
+    copy_stacked_u16(p_, p_.q, tile, rows_pad_, buffer(kQ));
+    copy_stacked_u16(p_, p_.dout, tile, rows_pad_, buffer(kDout));
     if (kv_pass) {
       pack_v(products_, buffer(kQ), d_, rows_pad_, rows_pad_, d_, buffer(kQPacked));
       pack_v(products_, buffer(kDout), d_, rows_pad_, rows_pad_, d_, buffer(kDoutPacked));
@@ -166,11 +165,10 @@ class Bf16BackwardProducts {
   }
 
   void load_kv_block(int64_t b, int64_t kv_head, int64_t k0, int64_t kn, bool kv_pass) {
-    keys_ = kn;
     keys_pad_ = round_up_to_tile(kn);
     const int64_t row = p_.k_row_offset(b) + k0;
-    const uint16_t* k = rows_of(p_.k, b, row, kv_head);
-    const uint16_t* v = rows_of(p_.v, b, row, kv_head);
+    const uint16_t* k = row_u16(p_.k, b, row, kv_head);
+    const uint16_t* v = row_u16(p_.v, b, row, kv_head);
     pack_kt(products_, k, p_.k.row_stride, kn, keys_pad_, d_, buffer(kKt));
     pack_kt(products_, v, p_.v.row_stride, kn, keys_pad_, d_, buffer(kVt));
     if (!kv_pass) pack_v(products_, k, p_.k.row_stride, kn, keys_pad_, d_, buffer(kKPacked));
@@ -198,11 +196,10 @@ class Bf16BackwardProducts {
     bf16_gemm(products_, keys_pad_, d_, rows_pad_, hi, lo, lda, buffer(kQPacked), /*accumulate=*/true, dk, d_);
   }
 
-  void accumulate_dq(int64_t m, int64_t kn, const float* ds, int64_t ld, float* dq) {
+  void accumulate_dq(int64_t /*m*/, int64_t kn, const float* ds, int64_t ld, float* dq) {
     uint16_t* hi = buffer(kHi);
     uint16_t* lo = buffer(kLo);
     split_rows(products_, ds, ld, rows_pad_, kn, keys_pad_, hi, lo, bc_);
-    (void)m;
     bf16_gemm(products_, rows_pad_, d_, keys_pad_, hi, lo, bc_, buffer(kKPacked), /*accumulate=*/true, dq, d_);
   }
 
@@ -218,21 +215,7 @@ class Bf16BackwardProducts {
     kHi,           // P or dS, hi terms ([Bc x stacked] transposed, or [stacked x Bc])
     kLo,           // their lo terms
   };
-  static int64_t halves(int64_t elements) { return (elements + 1) / 2; }
-  uint16_t* buffer(Buffer b) const { return reinterpret_cast<uint16_t*>(scratch_[b]); }
-  const uint16_t* rows_of(const Strided& t, int64_t b, int64_t abs_row, int64_t head) const {
-    return static_cast<const uint16_t*>(t.ptr) + element_offset(t, b, abs_row, head);
-  }
-  // The tile's rows of t as bf16, stacked, then zero rows up to the padding.
-  void copy_stacked(const Strided& t, const QueryTile& tile, uint16_t* dst) const {
-    const int64_t row_offset = p_.q_row_offset(tile.batch);
-    for (int64_t g = 0; g < tile.heads; ++g)
-      for (int64_t r = 0; r < tile.rows; ++r)
-        std::memcpy(dst + (g * tile.rows + r) * d_,
-                    rows_of(t, tile.batch, row_offset + tile.row_begin + r, tile.head_begin + g),
-                    size_t(d_) * sizeof(uint16_t));
-    std::memset(dst + rows_ * d_, 0, size_t((rows_pad_ - rows_) * d_) * sizeof(uint16_t));
-  }
+  uint16_t* buffer(Buffer b) const { return scratch_.u16(b); }
 
   const Problem& p_;
   const int64_t d_;
@@ -241,7 +224,7 @@ class Bf16BackwardProducts {
   const Bf16Products products_;
   Bf16TileScope tiles_;
   Scratch scratch_;
-  int64_t rows_ = 0, rows_pad_ = 0, keys_ = 0, keys_pad_ = 0;
+  int64_t rows_pad_ = 0, keys_pad_ = 0;
 };
 
 // The state one worker reuses across its tasks, and the block math both gradient passes share.

@@ -82,8 +82,8 @@ class Bf16TileProducts {
         bc_(bc),
         products_(products),
         tiles_(products),
-        scratch_({halves(max_stacked * d_), halves(bc * d_), halves(bc * d_), halves(max_stacked * bc),
-                  halves(max_stacked * bc)}) {}
+        scratch_({Scratch::halves(max_stacked * d_), Scratch::halves(bc * d_), Scratch::halves(bc * d_),
+                  Scratch::halves(max_stacked * bc), Scratch::halves(max_stacked * bc)}) {}
 
   static constexpr bool kPadsRows = true;
   // The software prefetches of the next block measured 0-4% slower here: the block is read by the packing
@@ -114,28 +114,20 @@ class Bf16TileProducts {
   };
 
   void load_q(const QueryTile& tile) {
-    uint16_t* q = buffer(kQ);
-    const int64_t row_offset = p_.q_row_offset(tile.batch);
-    const uint16_t* base = static_cast<const uint16_t*>(p_.q.ptr);
-    for (int64_t g = 0; g < tile.heads; ++g)
-      for (int64_t r = 0; r < tile.rows; ++r)
-        std::memcpy(q + (g * tile.rows + r) * d_,
-                    base + element_offset(p_.q, tile.batch, row_offset + tile.row_begin + r, tile.head_begin + g),
-                    size_t(d_) * sizeof(uint16_t));
     const int64_t m = tile.stacked();
     rows_pad_ = round_up_to_tile(m);
-    const size_t pad_rows = size_t(rows_pad_ - m);
-    std::memset(q + m * d_, 0, pad_rows * size_t(d_) * sizeof(uint16_t));
+    copy_stacked_u16(p_, p_.q, tile, rows_pad_, buffer(kQ));
     // The softmax writes P rows [0, m) only.
-    std::memset(buffer(kPHi) + m * bc_, 0, pad_rows * size_t(bc_) * sizeof(uint16_t));
-    std::memset(buffer(kPLo) + m * bc_, 0, pad_rows * size_t(bc_) * sizeof(uint16_t));
+    const size_t pad_bytes = size_t((rows_pad_ - m) * bc_) * sizeof(uint16_t);
+    std::memset(buffer(kPHi) + m * bc_, 0, pad_bytes);
+    std::memset(buffer(kPLo) + m * bc_, 0, pad_bytes);
   }
 
   void load_kv(const QueryTile& tile, int64_t k_offset, int64_t k0, int64_t kn) {
     keys_pad_ = round_up_to_tile(kn);
     const int64_t row = k_offset + k0;
-    pack_kt(products_, rows_of(p_.k, tile, row), p_.k.row_stride, kn, keys_pad_, d_, buffer(kK));
-    pack_v(products_, rows_of(p_.v, tile, row), p_.v.row_stride, kn, keys_pad_, d_, buffer(kV));
+    pack_kt(products_, row_u16(p_.k, tile.batch, row, tile.kv_head), p_.k.row_stride, kn, keys_pad_, d_, buffer(kK));
+    pack_v(products_, row_u16(p_.v, tile.batch, row, tile.kv_head), p_.v.row_stride, kn, keys_pad_, d_, buffer(kV));
   }
 
   // s[rows_pad x keys_pad] = Q K^T. The exponentials fold in a positive alpha without softcap (the return
@@ -166,11 +158,7 @@ class Bf16TileProducts {
     kPHi,  // [stacked x Bc] P rounded to bf16
     kPLo,  // [stacked x Bc] P - hi rounded to bf16
   };
-  static int64_t halves(int64_t elements) { return (elements + 1) / 2; }
-  uint16_t* buffer(Buffer b) const { return reinterpret_cast<uint16_t*>(scratch_[b]); }
-  const uint16_t* rows_of(const Strided& t, const QueryTile& tile, int64_t abs_row) const {
-    return static_cast<const uint16_t*>(t.ptr) + element_offset(t, tile.batch, abs_row, tile.kv_head);
-  }
+  uint16_t* buffer(Buffer b) const { return scratch_.u16(b); }
 
   const Problem& p_;
   const int64_t d_;

@@ -29,6 +29,10 @@ class Scratch {
 
   float* operator[](size_t i) const { return block_.get() + offsets_[i]; }
 
+  // 16-bit buffers (bf16 operands) ride in the same block: size them with halves(), read them with u16().
+  static int64_t halves(int64_t elements) { return (elements + 1) / 2; }
+  uint16_t* u16(size_t i) const { return reinterpret_cast<uint16_t*>((*this)[i]); }
+
  private:
   struct Free {
     void operator()(float* p) const { ::operator delete(p, std::align_val_t(kAlignBytes)); }

@@ -20,6 +20,11 @@ inline int64_t element_offset(const Strided& t, int64_t b, int64_t abs_row, int6
   return b * t.batch_stride + abs_row * t.row_stride + head * t.head_stride;
 }
 
+// Row abs_row of one head of a 16-bit tensor (bf16 operands read in place).
+inline const uint16_t* row_u16(const Strided& t, int64_t b, int64_t abs_row, int64_t head) {
+  return static_cast<const uint16_t*>(t.ptr) + element_offset(t, b, abs_row, head);
+}
+
 // dst[0, n) = fp32 values of the n elements at src (element offset `offset` of a tensor of `dtype`).
 inline void load_row(const void* base, DType dtype, int64_t offset, int64_t n, float* dst) {
   switch (dtype) {

@@ -2,6 +2,7 @@
 #include "cpu/tiling.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "cpu/tile_io.h"
 
@@ -65,6 +66,16 @@ void load_stacked(const Problem& p, const Strided& t, const QueryTile& tile, flo
   for (int64_t g = 0; g < tile.heads; ++g)
     load_rows(p, t, tile.batch, row_offset, tile.row_begin, tile.rows, tile.head_begin + g,
               dst + g * tile.rows * p.head_dim);
+}
+
+void copy_stacked_u16(const Problem& p, const Strided& t, const QueryTile& tile, int64_t rows_pad, uint16_t* dst) {
+  const int64_t row_offset = p.q_row_offset(tile.batch);
+  const size_t row_bytes = size_t(p.head_dim) * sizeof(uint16_t);
+  for (int64_t g = 0; g < tile.heads; ++g)
+    for (int64_t r = 0; r < tile.rows; ++r)
+      std::memcpy(dst + (g * tile.rows + r) * p.head_dim,
+                  row_u16(t, tile.batch, row_offset + tile.row_begin + r, tile.head_begin + g), row_bytes);
+  std::memset(dst + tile.stacked() * p.head_dim, 0, size_t(rows_pad - tile.stacked()) * row_bytes);
 }
 
 void store_stacked(const Problem& p, const float* src, const float* factors, const QueryTile& tile,

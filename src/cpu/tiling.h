@@ -43,6 +43,8 @@ std::vector<QueryTile> make_query_tiles(const Problem& p, const TileShape& shape
 
 // The rows of `tile` in tensor t (q, out, dout or dq) into a stacked [tile.stacked() x head_dim] tile.
 void load_stacked(const Problem& p, const Strided& t, const QueryTile& tile, float* dst);
+// The same rows of a 16-bit tensor copied as they are (bf16 operands), then zero rows up to rows_pad.
+void copy_stacked_u16(const Problem& p, const Strided& t, const QueryTile& tile, int64_t rows_pad, uint16_t* dst);
 // The stacked tile back into tensor t, each row multiplied by factors[s] (nullptr: by 1).
 void store_stacked(const Problem& p, const float* src, const float* factors, const QueryTile& tile,
                    const Strided& t);
