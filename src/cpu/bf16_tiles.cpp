@@ -277,18 +277,27 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_transposed_amx
 }
 
 // exp2_poly's range reduction and polynomial with fused multiply-adds, and the 2^n by vscalefps, for the 16
-// columns from c; writes their hi and lo terms and returns p.
+// columns from c; writes their hi and lo terms and returns p. No clamp: x is at most a rounding error above 0
+// (shift is the row's max), and every lane below -125 (or NaN, or -inf) is set to 0 by `keep`. kWholeRow:
+// every column of the row is visible, no lane masks.
+template <bool kWholeRow>
 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline __m512 exp2_split_chunk(
     const float* s, int64_t c, int64_t begin, int64_t end, __m512 scale, __m512 shift, uint16_t* hi, uint16_t* lo) {
   using E = Exp2Poly;
-  // Lanes of [begin, end) in this chunk; the others load as 0 and give p = 0.
-  const __mmask16 visible = first_lanes(end - c) & ~first_lanes(begin - c);
-  const __m512 min_exp = _mm512_set1_ps(E::kMinExp), max_exp = _mm512_set1_ps(E::kMaxExp);
-  const __m512 x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(visible, s + c), scale, shift);
-  const __mmask16 keep = _mm512_mask_cmp_ps_mask(visible, x, min_exp, _CMP_GE_OQ);  // false for NaN, -inf
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, min_exp), max_exp);
-  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(xc, n);
+  const __m512 min_exp = _mm512_set1_ps(E::kMinExp);
+  __m512 x;
+  __mmask16 keep;
+  if (kWholeRow) {
+    x = _mm512_fmsub_ps(_mm512_loadu_ps(s + c), scale, shift);
+    keep = _mm512_cmp_ps_mask(x, min_exp, _CMP_GE_OQ);  // false for NaN, -inf
+  } else {
+    // Lanes of [begin, end) in this chunk; the others load as 0 and give p = 0.
+    const __mmask16 visible = first_lanes(end - c) & ~first_lanes(begin - c);
+    x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(visible, s + c), scale, shift);
+    keep = _mm512_mask_cmp_ps_mask(visible, x, min_exp, _CMP_GE_OQ);
+  }
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
   __m512 poly = _mm512_set1_ps(E::kC6);
   poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC5));
   poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC4));
@@ -302,16 +311,23 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline
 }
 
 // Two accumulators for the sum, one per half of each 32 columns.
-__attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) float exp2_split_row_amx(
+template <bool kWholeRow>
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline float exp2_split_loop(
     const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale, float shift, uint16_t* hi, uint16_t* lo) {
   constexpr int64_t kWidth = 16;
   const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   for (int64_t c = 0; c < n_pad; c += 2 * kWidth) {
-    acc0 = _mm512_add_ps(acc0, exp2_split_chunk(s, c, begin, end, vscale, vshift, hi, lo));
-    acc1 = _mm512_add_ps(acc1, exp2_split_chunk(s, c + kWidth, begin, end, vscale, vshift, hi, lo));
+    acc0 = _mm512_add_ps(acc0, exp2_split_chunk<kWholeRow>(s, c, begin, end, vscale, vshift, hi, lo));
+    acc1 = _mm512_add_ps(acc1, exp2_split_chunk<kWholeRow>(s, c + kWidth, begin, end, vscale, vshift, hi, lo));
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512bf16,fma"))) float exp2_split_row_amx(
+    const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale, float shift, uint16_t* hi, uint16_t* lo) {
+  if (begin == 0 && end == n_pad) return exp2_split_loop</*kWholeRow=*/true>(s, n_pad, begin, end, scale, shift, hi, lo);
+  return exp2_split_loop</*kWholeRow=*/false>(s, n_pad, begin, end, scale, shift, hi, lo);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
