@@ -74,6 +74,11 @@ void split_rows_portable(const float* x, int64_t ldx, int64_t rows, int64_t n, i
     for (int64_t c = 0; c < n_pad; ++c) split_value(c < n ? x[r * ldx + c] : 0.0f, hi + r * ld + c, lo + r * ld + c);
 }
 
+void fp16_split_rows_portable(const uint16_t* src, int64_t ld, int64_t rows, int64_t d, uint16_t* hi, uint16_t* lo) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; ++j) split_value(core::fp16_bits_to_float(src[r * ld + j]), hi + r * d + j, lo + r * d + j);
+}
+
 void split_transposed_portable(const float* x, int64_t ldx, int64_t rows, int64_t cols, int64_t rows_pad,
                                int64_t cols_pad, uint16_t* hi, uint16_t* lo, int64_t ld) {
   for (int64_t c = 0; c < cols_pad; ++c)
@@ -81,17 +86,18 @@ void split_transposed_portable(const float* x, int64_t ldx, int64_t rows, int64_
       split_value(r < rows && c < cols ? x[r * ldx + c] : 0.0f, hi + c * ld + r, lo + c * ld + r);
 }
 
-// Pairs of products summed in fp32, pair by pair, as a tile multiply does.
+// Products summed in fp32, term by term, as the tile multiplies do.
 void gemm_portable(int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo, int64_t lda,
-                   const uint16_t* b, bool accumulate, float* c, int64_t ldc) {
+                   const uint16_t* b, const uint16_t* b_lo, bool accumulate, float* c, int64_t ldc) {
   for (int64_t r = 0; r < m; ++r)
     for (int64_t col = 0; col < n; ++col) {
       float acc = accumulate ? c[r * ldc + col] : 0.0f;
-      for (const uint16_t* av : {a, a_lo}) {
-        if (av == nullptr) continue;
-        for (int64_t j = 0; j < k; ++j)
-          acc += core::bf16_bits_to_float(av[r * lda + j]) * core::bf16_bits_to_float(b[packed_offset(k, j, col)]);
-      }
+      for (const uint16_t* bv : {b, b_lo})
+        for (const uint16_t* av : {a, a_lo}) {
+          if (av == nullptr || bv == nullptr || (av == a_lo && bv == b_lo)) continue;
+          for (int64_t j = 0; j < k; ++j)
+            acc += core::bf16_bits_to_float(av[r * lda + j]) * core::bf16_bits_to_float(bv[packed_offset(k, j, col)]);
+        }
       c[r * ldc + col] = acc;
     }
 }
@@ -258,6 +264,17 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_rows_amx(const
       split_store(_mm512_maskz_loadu_ps(first_lanes(n - c), x + r * ldx + c), hi + r * ld + c, lo + r * ld + c);
 }
 
+// fp16 rows straight to their two terms (d a multiple of 16).
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void fp16_split_rows_amx(const uint16_t* src, int64_t ld,
+                                                                               int64_t rows, int64_t d, uint16_t* hi,
+                                                                               uint16_t* lo) {
+  constexpr int64_t kWidth = 16;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; j += kWidth)
+      split_store(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + r * ld + j))),
+                  hi + r * d + j, lo + r * d + j);
+}
+
 // 16 x 16 blocks of x through the 32-bit transpose, each row of the result split as it is stored.
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_transposed_amx(
     const float* x, int64_t ldx, int64_t rows, int64_t cols, int64_t rows_pad, int64_t cols_pad, uint16_t* hi,
@@ -350,7 +367,8 @@ __attribute__((target("amx-tile,amx-bf16"), always_inline)) inline void multiply
 // 32 x 32 blocks of C in tiles 0-3, two A tiles (4, 5) and two B tiles (6, 7) per 32-deep step.
 __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(int64_t m, int64_t n, int64_t k, const uint16_t* a,
                                                           const uint16_t* a_lo, int64_t lda, const uint16_t* b,
-                                                          bool accumulate, float* c, int64_t ldc) {
+                                                          const uint16_t* b_lo, bool accumulate, float* c,
+                                                          int64_t ldc) {
   // The tile load and store intrinsics are asm statements that declare no memory access: the barriers
   // keep the compiler from moving the operands' stores after them, or reads of C before them.
   __asm__ volatile("" ::: "memory");
@@ -372,14 +390,16 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(int64_t m, int64_t n,
         _tile_zero(2);
         _tile_zero(3);
       }
-      const uint16_t* b0 = b + (j / kTileCols) * kcs * kTileElems;
-      const uint16_t* b1 = b0 + kcs * kTileElems;
+      const int64_t b_offset = (j / kTileCols) * kcs * kTileElems, b_next = kcs * kTileElems;
       for (int64_t kc = 0; kc < kcs; ++kc) {
-        _tile_loadd(6, b0 + kc * kTileElems, b_stride);
-        _tile_loadd(7, b1 + kc * kTileElems, b_stride);
         const int64_t at = i * lda + kc * kTileK, below = kTileRows * lda;
-        multiply_into_c(a + at, a + at + below, a_stride);
-        if (a_lo != nullptr) multiply_into_c(a_lo + at, a_lo + at + below, a_stride);
+        for (const uint16_t* bv : {b, b_lo}) {
+          if (bv == nullptr) continue;
+          _tile_loadd(6, bv + b_offset + kc * kTileElems, b_stride);
+          _tile_loadd(7, bv + b_offset + b_next + kc * kTileElems, b_stride);
+          multiply_into_c(a + at, a + at + below, a_stride);
+          if (a_lo != nullptr && bv == b) multiply_into_c(a_lo + at, a_lo + at + below, a_stride);
+        }
       }
       _tile_stored(0, c0, c_stride);
       _tile_stored(1, c0 + kTileCols, c_stride);
@@ -486,8 +506,32 @@ void split_transposed(Bf16Products products, const float* x, int64_t ldx, int64_
 }
 
 void bf16_gemm(Bf16Products products, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo,
-               int64_t lda, const uint16_t* b_packed, bool accumulate, float* c, int64_t ldc) {
-  FLASHATTN_BF16_DISPATCH(products, gemm, m, n, k, a, a_lo, lda, b_packed, accumulate, c, ldc);
+               int64_t lda, const uint16_t* b_packed, const uint16_t* b_lo_packed, bool accumulate, float* c,
+               int64_t ldc) {
+  FLASHATTN_BF16_DISPATCH(products, gemm, m, n, k, a, a_lo, lda, b_packed, b_lo_packed, accumulate, c, ldc);
+}
+
+Bf16Terms bf16_terms(Bf16Products products, bool fp16, const uint16_t* rows, int64_t ld, int64_t count, int64_t d,
+                     uint16_t* hi, uint16_t* lo) {
+  if (!fp16) return {rows, nullptr, ld};
+  FLASHATTN_BF16_DISPATCH(products, fp16_split_rows, rows, ld, count, d, hi, lo);
+  return {hi, lo, d};
+}
+
+Bf16Terms pack_kt_terms(Bf16Products products, const Bf16Terms& rows, int64_t keys, int64_t keys_pad, int64_t d,
+                        uint16_t* hi, uint16_t* lo) {
+  pack_kt(products, rows.hi, rows.ld, keys, keys_pad, d, hi);
+  if (rows.lo == nullptr) return {hi, nullptr, 0};
+  pack_kt(products, rows.lo, rows.ld, keys, keys_pad, d, lo);
+  return {hi, lo, 0};
+}
+
+Bf16Terms pack_v_terms(Bf16Products products, const Bf16Terms& rows, int64_t keys, int64_t keys_pad, int64_t d,
+                       uint16_t* hi, uint16_t* lo) {
+  pack_v(products, rows.hi, rows.ld, keys, keys_pad, d, hi);
+  if (rows.lo == nullptr) return {hi, nullptr, 0};
+  pack_v(products, rows.lo, rows.ld, keys, keys_pad, d, lo);
+  return {hi, lo, 0};
 }
 
 #undef FLASHATTN_BF16_DISPATCH

@@ -83,9 +83,37 @@ void split_rows(Bf16Products products, const float* x, int64_t ldx, int64_t rows
 void split_transposed(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t cols,
                       int64_t rows_pad, int64_t cols_pad, uint16_t* hi, uint16_t* lo, int64_t ld);
 
-// C = A B (+ A_lo B when a_lo is not null) + (accumulate ? C : 0). A and a_lo share the row stride lda.
-// Needs a Bf16TileScope of the same products on this thread.
+// One operand of the products in one or two bf16 terms (lo null: one term); ld is the row stride of row-major
+// terms (A operands).
+struct Bf16Terms {
+  const uint16_t* hi = nullptr;
+  const uint16_t* lo = nullptr;
+  int64_t ld = 0;
+};
+
+// Rows [0, count) of a bf16 or fp16 tensor (row stride ld elements, d values each, d a multiple of 16) as
+// terms. bf16 rows are one term, read in place. fp16 rows split exactly into two: an fp16 value has 11
+// significant bits and an exponent within bf16's range, so hi = the value rounded to bf16 and lo = the rest
+// (at most 3 bits) are both exact; they are written to hi and lo (row stride d).
+Bf16Terms bf16_terms(Bf16Products products, bool fp16, const uint16_t* rows, int64_t ld, int64_t count, int64_t d,
+                     uint16_t* hi, uint16_t* lo);
+// pack_kt and pack_v of each term of `rows` (keys rows), into hi and lo.
+Bf16Terms pack_kt_terms(Bf16Products products, const Bf16Terms& rows, int64_t keys, int64_t keys_pad, int64_t d,
+                        uint16_t* hi, uint16_t* lo);
+Bf16Terms pack_v_terms(Bf16Products products, const Bf16Terms& rows, int64_t keys, int64_t keys_pad, int64_t d,
+                       uint16_t* hi, uint16_t* lo);
+
+// C = A B + A_lo B + A B_lo + (accumulate ? C : 0), the terms that are present (a_lo and b_lo may be null).
+// The fourth term of (A + A_lo) (B + B_lo) is left out: a lo term is at most 2^-8 of its hi term, so
+// A_lo B_lo is below 2^-16 of |A| |B|, under every input's own precision. A and a_lo share the row stride
+// lda; B and b_lo are packed alike. Needs a Bf16TileScope of the same products on this thread.
 void bf16_gemm(Bf16Products products, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* a_lo,
-               int64_t lda, const uint16_t* b_packed, bool accumulate, float* c, int64_t ldc);
+               int64_t lda, const uint16_t* b_packed, const uint16_t* b_lo_packed, bool accumulate, float* c,
+               int64_t ldc);
+// The same with the operands as terms (A row-major with its ld, B packed).
+inline void bf16_gemm(Bf16Products products, int64_t m, int64_t n, int64_t k, const Bf16Terms& a, const Bf16Terms& b,
+                      bool accumulate, float* c, int64_t ldc) {
+  bf16_gemm(products, m, n, k, a.hi, a.lo, a.ld, b.hi, b.lo, accumulate, c, ldc);
+}
 
 }  // namespace flashattn::detail::cpu

@@ -130,11 +130,12 @@ class Fp32BackwardProducts {
   RowsView k_, v_;
 };
 
-// Bf16BackwardProducts: bf16 inputs multiplied as they are, on AMX (or its portable emulation), with the
-// forward's padding to 32 (bf16_tiles.h). Q and dO rows are copied (A operands of S and dP) and, in the KV
-// pass, packed as B of dK and dV; K and V blocks are packed transposed (B of S and dP) and, in the query
-// pass, K also as B of dQ. P and dS enter their products as hi + lo bf16 terms, transposed for dV and dK.
-// dK and dQ accumulate unscaled; the scale is applied once when they are stored.
+// Bf16BackwardProducts: bf16 and fp16 inputs multiplied on AMX (or its portable emulation) as bf16 terms
+// (fp16 values split exactly in two, bf16_terms), with the forward's padding to 32 (bf16_tiles.h). Q and dO
+// rows are copied (A operands of S and dP) and, in the KV pass, packed as B of dK and dV; K and V blocks are
+// packed transposed (B of S and dP) and, in the query pass, K also as B of dQ. P and dS enter their products
+// as hi + lo bf16 terms, transposed for dV and dK. dK and dQ accumulate unscaled; the scale is applied once
+// when they are stored.
 class Bf16BackwardProducts {
  public:
   Bf16BackwardProducts(const Problem& p, int64_t max_stacked, int64_t bc, Bf16Products products)
@@ -142,12 +143,10 @@ class Bf16BackwardProducts {
         d_(p.head_dim),
         bc_(bc),
         max_stacked_(max_stacked),
+        fp16_(p.dtype == DType::kFloat16),
         products_(products),
         tiles_(products),
-        scratch_({Scratch::halves(max_stacked * d_), Scratch::halves(max_stacked * d_),
-                  Scratch::halves(max_stacked * d_), Scratch::halves(max_stacked * d_), Scratch::halves(bc * d_),
-                  Scratch::halves(bc * d_), Scratch::halves(bc * d_), Scratch::halves(max_stacked * bc),
-                  Scratch::halves(max_stacked * bc)}) {}
+        scratch_(buffer_sizes(max_stacked * d_, bc * d_, max_stacked * bc, fp16_)) {}
 
   static constexpr bool kPadsRows = true;
   // As in the forward: the packing reads each block at once, and software prefetches only stall.
@@ -158,28 +157,30 @@ class Bf16BackwardProducts {
     rows_pad_ = round_up_to_tile(tile.stacked());
     copy_stacked_u16(p_, p_.q, tile, rows_pad_, buffer(kQ));
     copy_stacked_u16(p_, p_.dout, tile, rows_pad_, buffer(kDout));
+    q_ = terms(buffer(kQ), d_, rows_pad_, buffer(kQHi), buffer(kQLo));
+    dout_ = terms(buffer(kDout), d_, rows_pad_, buffer(kDoutHi), buffer(kDoutLo));
     if (kv_pass) {
-      pack_v(products_, buffer(kQ), d_, rows_pad_, rows_pad_, d_, buffer(kQPacked));
-      pack_v(products_, buffer(kDout), d_, rows_pad_, rows_pad_, d_, buffer(kDoutPacked));
+      q_packed_ = pack_v_terms(products_, q_, rows_pad_, rows_pad_, d_, buffer(kQPacked), buffer(kQPackedLo));
+      dout_packed_ =
+          pack_v_terms(products_, dout_, rows_pad_, rows_pad_, d_, buffer(kDoutPacked), buffer(kDoutPackedLo));
     }
   }
 
   void load_kv_block(int64_t b, int64_t kv_head, int64_t k0, int64_t kn, bool kv_pass) {
     keys_pad_ = round_up_to_tile(kn);
     const int64_t row = p_.k_row_offset(b) + k0;
-    const uint16_t* k = row_u16(p_.k, b, row, kv_head);
-    const uint16_t* v = row_u16(p_.v, b, row, kv_head);
-    pack_kt(products_, k, p_.k.row_stride, kn, keys_pad_, d_, buffer(kKt));
-    pack_kt(products_, v, p_.v.row_stride, kn, keys_pad_, d_, buffer(kVt));
-    if (!kv_pass) pack_v(products_, k, p_.k.row_stride, kn, keys_pad_, d_, buffer(kKPacked));
+    const Bf16Terms k = terms(row_u16(p_.k, b, row, kv_head), p_.k.row_stride, kn, buffer(kRowsHi), buffer(kRowsLo));
+    kt_ = pack_kt_terms(products_, k, kn, keys_pad_, d_, buffer(kKt), buffer(kKtLo));
+    if (!kv_pass) k_packed_ = pack_v_terms(products_, k, kn, keys_pad_, d_, buffer(kKPacked), buffer(kKPackedLo));
+    const Bf16Terms v = terms(row_u16(p_.v, b, row, kv_head), p_.v.row_stride, kn, buffer(kRowsHi), buffer(kRowsLo));
+    vt_ = pack_kt_terms(products_, v, kn, keys_pad_, d_, buffer(kVt), buffer(kVtLo));
   }
 
   // S unscaled: the exponentials fold alpha in (returned), except with softcap, which needs the scaled
   // score first.
   float scores_and_dp(int64_t m, int64_t kn, float alpha, float* s, float* ds, int64_t ld) {
-    bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kQ), nullptr, d_, buffer(kKt), /*accumulate=*/false, s, ld);
-    bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kDout), nullptr, d_, buffer(kVt), /*accumulate=*/false, ds,
-              ld);
+    bf16_gemm(products_, rows_pad_, keys_pad_, d_, q_, kt_, /*accumulate=*/false, s, ld);
+    bf16_gemm(products_, rows_pad_, keys_pad_, d_, dout_, vt_, /*accumulate=*/false, ds, ld);
     if (p_.softcap <= 0.0f) return alpha;
     for (int64_t r = 0; r < m; ++r) scale_row(s + r * ld, kn, alpha);
     return 1.0f;
@@ -187,44 +188,62 @@ class Bf16BackwardProducts {
 
   // P^T and dS^T as A operands [keys_pad x rows_pad], then dV and dK over the tile's rows.
   void accumulate_dkdv(int64_t m, int64_t kn, const float* p, const float* ds, int64_t ld, float* dk, float* dv) {
-    uint16_t* hi = buffer(kHi);
-    uint16_t* lo = buffer(kLo);
-    const int64_t lda = max_stacked_;
-    split_transposed(products_, p, ld, m, kn, rows_pad_, keys_pad_, hi, lo, lda);
-    bf16_gemm(products_, keys_pad_, d_, rows_pad_, hi, lo, lda, buffer(kDoutPacked), /*accumulate=*/true, dv, d_);
-    split_transposed(products_, ds, ld, m, kn, rows_pad_, keys_pad_, hi, lo, lda);
-    bf16_gemm(products_, keys_pad_, d_, rows_pad_, hi, lo, lda, buffer(kQPacked), /*accumulate=*/true, dk, d_);
+    const Bf16Terms transposed{buffer(kHi), buffer(kLo), max_stacked_};
+    split_transposed(products_, p, ld, m, kn, rows_pad_, keys_pad_, buffer(kHi), buffer(kLo), transposed.ld);
+    bf16_gemm(products_, keys_pad_, d_, rows_pad_, transposed, dout_packed_, /*accumulate=*/true, dv, d_);
+    split_transposed(products_, ds, ld, m, kn, rows_pad_, keys_pad_, buffer(kHi), buffer(kLo), transposed.ld);
+    bf16_gemm(products_, keys_pad_, d_, rows_pad_, transposed, q_packed_, /*accumulate=*/true, dk, d_);
   }
 
   void accumulate_dq(int64_t /*m*/, int64_t kn, const float* ds, int64_t ld, float* dq) {
-    uint16_t* hi = buffer(kHi);
-    uint16_t* lo = buffer(kLo);
-    split_rows(products_, ds, ld, rows_pad_, kn, keys_pad_, hi, lo, bc_);
-    bf16_gemm(products_, rows_pad_, d_, keys_pad_, hi, lo, bc_, buffer(kKPacked), /*accumulate=*/true, dq, d_);
+    const Bf16Terms rows{buffer(kHi), buffer(kLo), bc_};
+    split_rows(products_, ds, ld, rows_pad_, kn, keys_pad_, buffer(kHi), buffer(kLo), rows.ld);
+    bf16_gemm(products_, rows_pad_, d_, keys_pad_, rows, k_packed_, /*accumulate=*/true, dq, d_);
   }
 
  private:
   enum Buffer : size_t {
-    kQ,            // [stacked x d] Q rows, bf16, zero past the tile
-    kDout,         // [stacked x d] dO rows
-    kQPacked,      // Q as B of dK (KV pass)
-    kDoutPacked,   // dO as B of dV (KV pass)
-    kKt,           // K^T of the block, packed (B of S)
-    kVt,           // V^T of the block, packed (B of dP)
-    kKPacked,      // K as B of dQ (query pass)
-    kHi,           // P or dS, hi terms ([Bc x stacked] transposed, or [stacked x Bc])
-    kLo,           // their lo terms
+    kQ,             // [stacked x d] Q rows as stored (bf16 or fp16), zero past the tile
+    kDout,          // [stacked x d] dO rows
+    kQPacked,       // Q as B of dK (KV pass; the first term of fp16 inputs)
+    kDoutPacked,    // dO as B of dV (KV pass)
+    kKt,            // K^T of the block, packed (B of S)
+    kVt,            // V^T of the block, packed (B of dP)
+    kKPacked,       // K as B of dQ (query pass)
+    kHi,            // P or dS, hi terms ([Bc x stacked] transposed, or [stacked x Bc])
+    kLo,            // their lo terms
+    kQHi,           // fp16 only: [stacked x d] the terms of Q and of dO
+    kQLo,           //
+    kDoutHi,        //
+    kDoutLo,        //
+    kQPackedLo,     // fp16 only: the second terms of the packed operands
+    kDoutPackedLo,  //
+    kKtLo,          //
+    kVtLo,          //
+    kKPackedLo,     //
+    kRowsHi,        // fp16 only: [Bc x d] the terms of a block's K or V rows before packing
+    kRowsLo,        //
   };
+  static Scratch buffer_sizes(int64_t query_side, int64_t block, int64_t scores, bool fp16) {
+    const int64_t q = Scratch::halves(query_side), b = Scratch::halves(block), sc = Scratch::halves(scores);
+    const int64_t fq = fp16 ? q : 0, fb = fp16 ? b : 0;
+    return Scratch({q, q, q, q, b, b, b, sc, sc, fq, fq, fq, fq, fq, fq, fb, fb, fb, fb, fb});
+  }
   uint16_t* buffer(Buffer b) const { return scratch_.u16(b); }
+  Bf16Terms terms(const uint16_t* rows, int64_t ld, int64_t count, uint16_t* hi, uint16_t* lo) const {
+    return bf16_terms(products_, fp16_, rows, ld, count, d_, hi, lo);
+  }
 
   const Problem& p_;
   const int64_t d_;
   const int64_t bc_;
   const int64_t max_stacked_;
+  const bool fp16_;
   const Bf16Products products_;
   Bf16TileScope tiles_;
   Scratch scratch_;
   int64_t rows_pad_ = 0, keys_pad_ = 0;
+  Bf16Terms q_, dout_, q_packed_, dout_packed_, kt_, vt_, k_packed_;  // operands of the tile and the block
 };
 
 // The state one worker reuses across its tasks, and the block math both gradient passes share.

@@ -68,22 +68,29 @@ class Fp32Products {
   RowsView k_, v_;
 };
 
-// Bf16TileProducts: bf16 inputs multiplied as they are, on AMX (or its portable emulation): Q rows copied,
-// each K/V block packed once per tile, and the softmax writes P as two bf16 terms (hi + lo, see
-// exp2_split_row) for the P V product. Every dimension is padded to 32: rows of Q and P past the tile and
-// keys past the block are zero, so the padded scores are 0 and the padded P V terms vanish (each row of
-// the products depends on its own row only, so the padding could not reach a real row anyway; zeros keep
-// it finite). Needs head_dim % 32 == 0 and a block of a multiple of 32 keys.
+// Bf16TileProducts: bf16 and fp16 inputs multiplied on AMX (or its portable emulation) as bf16 terms: bf16
+// values as they are, fp16 values split exactly into two terms (bf16_terms), so that every product of the
+// inputs is exact in fp32 either way. Q rows copied, each K/V block packed once per tile, and the softmax
+// writes P as two bf16 terms (hi + lo, see exp2_split_row) for the P V product. Every dimension is padded to
+// 32: rows of Q and P past the tile and keys past the block are zero, so the padded scores are 0 and the
+// padded P V terms vanish (each row of the products depends on its own row only, so the padding could not
+// reach a real row anyway; zeros keep it finite). Needs head_dim % 32 == 0 and a block of a multiple of 32
+// keys.
 class Bf16TileProducts {
  public:
   Bf16TileProducts(const Problem& p, int64_t max_stacked, int64_t bc, Bf16Products products)
       : p_(p),
         d_(p.head_dim),
         bc_(bc),
+        fp16_(p.dtype == DType::kFloat16),
         products_(products),
         tiles_(products),
         scratch_({Scratch::halves(max_stacked * d_), Scratch::halves(bc * d_), Scratch::halves(bc * d_),
-                  Scratch::halves(max_stacked * bc), Scratch::halves(max_stacked * bc)}) {}
+                  Scratch::halves(max_stacked * bc), Scratch::halves(max_stacked * bc),
+                  // the terms of fp16 inputs
+                  fp16_ ? Scratch::halves(max_stacked * d_) : 0, fp16_ ? Scratch::halves(max_stacked * d_) : 0,
+                  fp16_ ? Scratch::halves(bc * d_) : 0, fp16_ ? Scratch::halves(bc * d_) : 0,
+                  fp16_ ? Scratch::halves(bc * d_) : 0, fp16_ ? Scratch::halves(bc * d_) : 0}) {}
 
   static constexpr bool kPadsRows = true;
   // The software prefetches of the next block measured 0-4% slower here: the block is read by the packing
@@ -117,6 +124,7 @@ class Bf16TileProducts {
     const int64_t m = tile.stacked();
     rows_pad_ = round_up_to_tile(m);
     copy_stacked_u16(p_, p_.q, tile, rows_pad_, buffer(kQ));
+    q_ = terms(buffer(kQ), d_, rows_pad_, buffer(kQHi), buffer(kQLo));
     // The softmax writes P rows [0, m) only.
     const size_t pad_bytes = size_t((rows_pad_ - m) * bc_) * sizeof(uint16_t);
     std::memset(buffer(kPHi) + m * bc_, 0, pad_bytes);
@@ -126,15 +134,18 @@ class Bf16TileProducts {
   void load_kv(const QueryTile& tile, int64_t k_offset, int64_t k0, int64_t kn) {
     keys_pad_ = round_up_to_tile(kn);
     const int64_t row = k_offset + k0;
-    pack_kt(products_, row_u16(p_.k, tile.batch, row, tile.kv_head), p_.k.row_stride, kn, keys_pad_, d_, buffer(kK));
-    pack_v(products_, row_u16(p_.v, tile.batch, row, tile.kv_head), p_.v.row_stride, kn, keys_pad_, d_, buffer(kV));
+    const Bf16Terms k =
+        terms(row_u16(p_.k, tile.batch, row, tile.kv_head), p_.k.row_stride, kn, buffer(kRowsHi), buffer(kRowsLo));
+    kt_ = pack_kt_terms(products_, k, kn, keys_pad_, d_, buffer(kK), buffer(kKLo));
+    const Bf16Terms v =
+        terms(row_u16(p_.v, tile.batch, row, tile.kv_head), p_.v.row_stride, kn, buffer(kRowsHi), buffer(kRowsLo));
+    v_ = pack_v_terms(products_, v, kn, keys_pad_, d_, buffer(kV), buffer(kVLo));
   }
 
   // s[rows_pad x keys_pad] = Q K^T. The exponentials fold in a positive alpha without softcap (the return
   // value); otherwise the m x kn scores are scaled here and 1 is returned.
   float scores(int64_t m, int64_t kn, float alpha, float* s, int64_t lds) {
-    bf16_gemm(products_, rows_pad_, keys_pad_, d_, buffer(kQ), nullptr, d_, buffer(kK), /*accumulate=*/false, s,
-              lds);
+    bf16_gemm(products_, rows_pad_, keys_pad_, d_, q_, kt_, /*accumulate=*/false, s, lds);
     if (alpha > 0.0f && p_.softcap <= 0.0f) return alpha;
     for (int64_t r = 0; r < m; ++r) scale_row(s + r * lds, kn, alpha);
     return 1.0f;
@@ -146,28 +157,39 @@ class Bf16TileProducts {
 
   // o[rows_pad x d] += P V with P = hi + lo.
   void accumulate(int64_t /*m*/, int64_t /*kn*/, const float* /*s*/, int64_t /*lds*/, float* o) {
-    bf16_gemm(products_, rows_pad_, d_, keys_pad_, buffer(kPHi), buffer(kPLo), bc_, buffer(kV), /*accumulate=*/true,
-              o, d_);
+    bf16_gemm(products_, rows_pad_, d_, keys_pad_, Bf16Terms{buffer(kPHi), buffer(kPLo), bc_}, v_,
+              /*accumulate=*/true, o, d_);
   }
 
  private:
   enum Buffer : size_t {
-    kQ,    // [stacked x d] query rows, bf16
-    kK,    // K^T of the block, packed
-    kV,    // V of the block, packed
-    kPHi,  // [stacked x Bc] P rounded to bf16
-    kPLo,  // [stacked x Bc] P - hi rounded to bf16
+    kQ,       // [stacked x d] query rows as stored (bf16 or fp16)
+    kK,       // K^T of the block, packed (the first term of fp16 keys)
+    kV,       // V of the block, packed
+    kPHi,     // [stacked x Bc] P rounded to bf16
+    kPLo,     // [stacked x Bc] P - hi rounded to bf16
+    kQHi,     // fp16 only: [stacked x d] the query rows' terms
+    kQLo,     //
+    kKLo,     // fp16 only: the second terms of K^T and V, packed
+    kVLo,     //
+    kRowsHi,  // fp16 only: the terms of a block's K or V rows before packing
+    kRowsLo,  //
   };
   uint16_t* buffer(Buffer b) const { return scratch_.u16(b); }
+  Bf16Terms terms(const uint16_t* rows, int64_t ld, int64_t count, uint16_t* hi, uint16_t* lo) const {
+    return bf16_terms(products_, fp16_, rows, ld, count, d_, hi, lo);
+  }
 
   const Problem& p_;
   const int64_t d_;
   const int64_t bc_;
+  const bool fp16_;
   const Bf16Products products_;
   Bf16TileScope tiles_;
   Scratch scratch_;
   int64_t rows_pad_ = 0;
   int64_t keys_pad_ = 0;
+  Bf16Terms q_, kt_, v_;  // the operands of the current tile and block
 };
 
 template <typename Products>
@@ -269,8 +291,8 @@ Status run_tiles(const Problem& p, const TileShape& shape, int workers, const st
 }  // namespace
 
 Bf16Products forward_products(const Problem& p, const TileShape& shape) {
-  if (p.dtype != DType::kBFloat16 || p.head_dim % kBf16TileAlign != 0 || shape.block_keys % kBf16TileAlign != 0)
-    return Bf16Products::kFp32;
+  const bool half = p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16;
+  if (!half || p.head_dim % kBf16TileAlign != 0 || shape.block_keys % kBf16TileAlign != 0) return Bf16Products::kFp32;
   return bf16_products();
 }
 

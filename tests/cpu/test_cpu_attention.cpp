@@ -147,18 +147,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention, ::testing::ValuesIn(cases()),
                            return n;
                          });
 
-// bf16 forwards and backwards under each way of multiplying bf16 tiles (bf16_tiles.h): AMX where this CPU has it, the
-// portable emulation of its layout (so padding, packing and the P split are checked on any machine), and
-// the fp32 products on converted rows.
+// bf16 and fp16 forwards and backwards under each way of multiplying bf16 tiles (bf16_tiles.h): AMX where
+// this CPU has it, the portable emulation of its layout (so padding, packing, the fp16 split and the P split
+// are checked on any machine), and the fp32 products on converted rows.
 std::vector<CaseSpec> bf16_cases() {
   std::vector<CaseSpec> v;
-  // The edge shapes and features of cases() in bf16 (head dims the tile products take, lengths up to 1000:
-  // the emulation multiplies with scalar loops).
+  // The edge shapes and features of cases() in half precision (their fp32 cases in bf16), at the head dims
+  // the tile products take and lengths up to 1000 (the emulation multiplies with scalar loops).
   for (CaseSpec c : cases()) {
     if (c.head_dim % 32 != 0 || std::max(c.seqlen_q, c.seqlen_k) > 1000) continue;
-    c.dtype = DType::kBFloat16;
+    if (c.dtype == DType::kFloat32) c.dtype = DType::kBFloat16;
     v.push_back(c);
   }
+  v.push_back(make(113, 203, 128, DType::kFloat16, true));
+  v.push_back(make(200, 230, 256, DType::kFloat16));
   v.push_back(make(113, 203, 192, DType::kBFloat16, true));
   v.push_back(make(300, 17, 128, DType::kBFloat16, true));
   v.push_back(make(600, 700, 64, DType::kBFloat16));  // several query tiles and KV blocks
@@ -171,7 +173,7 @@ std::vector<CaseSpec> bf16_cases() {
 
 using Bf16ProductsCase = std::tuple<Bf16Products, CaseSpec>;
 
-// The kernel name a bf16 call reports under `products` (every head dim of bf16_cases is a multiple of 32).
+// The kernel name a call of bf16_cases reports under `products` (every head dim there is a multiple of 32).
 std::string expected_kernel(const std::string& direction, Bf16Products products) {
   const char* impl = products == Bf16Products::kFp32 ? fa::detail::cpu::tile_gemm_impl()
                                                       : fa::detail::cpu::bf16_products_name(products);

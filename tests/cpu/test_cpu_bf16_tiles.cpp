@@ -136,7 +136,7 @@ TEST_P(Bf16Tiles, SplitsOfRowsAndOfTheTransposeFollowTheDefinition) {
 
 struct ProductCase {
   int64_t m, n, k;
-  bool with_lo, accumulate;
+  bool a_lo, b_lo, accumulate;
 };
 
 TEST_P(Bf16Tiles, ProductsMatchFloat64) {
@@ -144,39 +144,74 @@ TEST_P(Bf16Tiles, ProductsMatchFloat64) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   cpu::Bf16TileScope tiles(GetParam());
-  const ProductCase cases[] = {{32, 32, 32, false, false}, {64, 96, 128, true, false}, {96, 32, 256, false, true},
-                               {32, 128, 64, true, true},  {256, 64, 32, true, true}};
+  const ProductCase cases[] = {{32, 32, 32, false, false, false}, {64, 96, 128, true, false, false},
+                               {96, 32, 256, false, true, true},  {32, 128, 64, true, true, true},
+                               {256, 64, 32, true, false, true},  {64, 64, 96, true, true, false}};
   for (const ProductCase& g : cases) {
-    SCOPED_TRACE(::testing::Message() << "m " << g.m << " n " << g.n << " k " << g.k << " lo " << g.with_lo
-                                      << " accumulate " << g.accumulate);
+    SCOPED_TRACE(::testing::Message() << "m " << g.m << " n " << g.n << " k " << g.k << " a_lo " << g.a_lo
+                                      << " b_lo " << g.b_lo << " accumulate " << g.accumulate);
     const int64_t lda = g.k + 16, ldc = g.n + 8;
     const std::vector<uint16_t> a = random_bf16(size_t(g.m * lda), rng), a_lo = random_bf16(size_t(g.m * lda), rng);
-    const std::vector<uint16_t> b = random_bf16(size_t(g.k * g.n), rng);  // [k x n] row-major
-    std::vector<uint16_t> packed(size_t(g.k * g.n), kPoison);
-    // B as V rows: pack_v is B itself in the packed layout.
+    // B and its second term as rows ([k x n] row-major): pack_v is B itself in the packed layout.
+    const std::vector<uint16_t> b = random_bf16(size_t(g.k * g.n), rng), b_lo = random_bf16(size_t(g.k * g.n), rng);
+    std::vector<uint16_t> packed(size_t(g.k * g.n), kPoison), packed_lo(size_t(g.k * g.n), kPoison);
     cpu::pack_v(GetParam(), b.data(), g.n, g.k, g.k, g.n, packed.data());
+    cpu::pack_v(GetParam(), b_lo.data(), g.n, g.k, g.k, g.n, packed_lo.data());
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     std::vector<float> c(size_t(g.m * ldc));
     // Without accumulate C must not be read: NaN would show.
     for (float& e : c) e = g.accumulate ? dist(rng) : std::numeric_limits<float>::quiet_NaN();
     const std::vector<float> c0 = c;
-    cpu::bf16_gemm(GetParam(), g.m, g.n, g.k, a.data(), g.with_lo ? a_lo.data() : nullptr, lda, packed.data(),
-                   g.accumulate, c.data(), ldc);
+    cpu::bf16_gemm(GetParam(), g.m, g.n, g.k, a.data(), g.a_lo ? a_lo.data() : nullptr, lda, packed.data(),
+                   g.b_lo ? packed_lo.data() : nullptr, g.accumulate, c.data(), ldc);
     for (int64_t i = 0; i < g.m; ++i)
       for (int64_t j = 0; j < g.n; ++j) {
         double exact = g.accumulate ? double(c0[size_t(i * ldc + j)]) : 0.0, magnitude = std::abs(exact);
         for (int64_t t = 0; t < g.k; ++t) {
-          const double bv = core::bf16_bits_to_float(b[size_t(t * g.n + j)]);
-          double av = core::bf16_bits_to_float(a[size_t(i * lda + t)]);
-          if (g.with_lo) av += core::bf16_bits_to_float(a_lo[size_t(i * lda + t)]);
-          exact += av * bv;
-          magnitude += std::abs(av * bv);
+          const double ah = core::bf16_bits_to_float(a[size_t(i * lda + t)]);
+          const double al = g.a_lo ? core::bf16_bits_to_float(a_lo[size_t(i * lda + t)]) : 0.0;
+          const double bh = core::bf16_bits_to_float(b[size_t(t * g.n + j)]);
+          const double bl = g.b_lo ? core::bf16_bits_to_float(b_lo[size_t(t * g.n + j)]) : 0.0;
+          // A B + A_lo B + A B_lo: the lo x lo term is left out by definition.
+          for (double term : {ah * bh, al * bh, ah * bl}) {
+            exact += term;
+            magnitude += std::abs(term);
+          }
         }
-        // fp32 sums of 2k products: each step rounds by at most 2^-24 of the running magnitude.
-        const double bound = double(2 * g.k + 1) * std::ldexp(magnitude, -24) + 1e-30;
+        // fp32 sums of 3k products: each step rounds by at most 2^-24 of the running magnitude.
+        const double bound = double(3 * g.k + 1) * std::ldexp(magnitude, -24) + 1e-30;
         ASSERT_LE(std::abs(double(c[size_t(i * ldc + j)]) - exact), bound) << "C(" << i << ", " << j << ")";
       }
   }
+}
+
+TEST_P(Bf16Tiles, Fp16RowsSplitExactlyIntoTwoTerms) {
+  const uint64_t seed = flashattn::harness::pick_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t rows = 9, d = 64, ld = 80;
+  std::vector<uint16_t> src(size_t(rows * ld));
+  std::uniform_int_distribution<int> bits(0, 0xffff);
+  for (uint16_t& v : src) {
+    v = uint16_t(bits(rng));
+    if ((v & 0x7c00) == 0x7c00) v = uint16_t(v & 0x83ff);  // no inf or NaN: every finite fp16, subnormals too
+  }
+  std::vector<uint16_t> hi(size_t(rows * d), kPoison), lo(size_t(rows * d), kPoison);
+  const cpu::Bf16Terms t = cpu::bf16_terms(GetParam(), /*fp16=*/true, src.data(), ld, rows, d, hi.data(), lo.data());
+  ASSERT_EQ(t.hi, hi.data());
+  ASSERT_EQ(t.lo, lo.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < d; ++j) {
+      const float value = core::fp16_bits_to_float(src[size_t(r * ld + j)]);
+      const float sum = core::bf16_bits_to_float(hi[size_t(r * d + j)]) + core::bf16_bits_to_float(lo[size_t(r * d + j)]);
+      ASSERT_EQ(sum, value) << "row " << r << " dim " << j;
+    }
+  // bf16 rows are one term, read in place.
+  const cpu::Bf16Terms in_place =
+      cpu::bf16_terms(GetParam(), /*fp16=*/false, src.data(), ld, rows, d, nullptr, nullptr);
+  EXPECT_EQ(in_place.hi, src.data());
+  EXPECT_EQ(in_place.lo, nullptr);
+  EXPECT_EQ(in_place.ld, ld);
 }
 
 INSTANTIATE_TEST_SUITE_P(Products, Bf16Tiles, ::testing::Values(Bf16Products::kAmx, Bf16Products::kEmulated),
