@@ -42,7 +42,7 @@ constexpr int kMaxRepeat = 10000;
 struct CpuRow {
   int64_t seqlen = 0, head_dim = 0;
   double ms = 0, gflops = 0;
-  std::string kernel;  // what the backend ran (bf16 inputs: on AMX or on the fp32 products)
+  std::string kernel;  // what the backend ran (bf16 and fp16 inputs: on AMX or on the fp32 products)
 };
 
 }  // namespace
@@ -154,8 +154,8 @@ int cmd_bench(int argc, char** argv, int first) {
                    "                       [--warmup W] [--json FILE]",
                    "CPU (default): forward GFLOP/s at seqlen 2048 and 4096, head_dim 64 and 128 (batch 1, 8 heads,\n"
                    "non-causal; fp32 inputs unless --dtype), beside this machine's SGEMM rate measured in the same\n"
-                   "run, and the kernel that ran (bf16 inputs run on AMX where the CPU has it; FLASHATTN_CPU_AMX=0\n"
-                   "turns that off).\n"
+                   "run, and the kernel that ran (bf16 and fp16 inputs run on AMX where the CPU has it;\n"
+                   "FLASHATTN_CPU_AMX=0 turns that off).\n"
                    "GPU (--gpu): the FlashAttention papers' sweep in bf16: 16384 tokens (batch = 16384 / seqlen),\n"
                    "hidden 2048 (heads = 2048 / head_dim), head_dim 64/128/256, seqlen 512..16k, causal and not,\n"
                    "forward and backward (--dir: one of them). FLOPs: forward 4*B*H*N*N*d (half for causal),\n"

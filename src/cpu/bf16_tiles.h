@@ -13,14 +13,14 @@
 //       columns [16 nc, 16 nc + 16) of B, at element offset (nc * k / 32 + kc) * 512, element (kk, 2 i + e)
 //       of the tile being B[32 kc + 2 kk + e][16 nc + i];
 //   C   row-major fp32 [m x n].
-// m, n and k are multiples of 32 (kAlign): the kernels pad their tiles with zero rows and keys.
+// m, n and k are multiples of 32 (kBf16TileAlign): the kernels pad their tiles with zero rows and keys.
 #pragma once
 
 #include <cstdint>
 
 namespace flashattn::detail::cpu {
 
-// How the CPU kernels multiply tiles of bf16 inputs.
+// How the CPU kernels multiply tiles of bf16 and fp16 inputs.
 enum class Bf16Products {
   kFp32,      // rows converted to fp32, then the fp32 micro-kernels of tile_gemm (any CPU)
   kAmx,       // AMX tile multiplies on the bf16 values themselves
@@ -32,7 +32,7 @@ const char* bf16_products_name(Bf16Products products);  // "fp32", "amx" or "emu
 // Linux for the tile-data permission of the process).
 bool amx_bf16_supported();
 
-// What the kernels use for bf16 inputs: kAmx where supported unless the environment variable
+// What the kernels use for bf16 and fp16 inputs: kAmx where supported unless the environment variable
 // FLASHATTN_CPU_AMX is "0" (read once), else kFp32; or what override_bf16_products last set.
 Bf16Products bf16_products();
 // For tests and benchmarks: makes bf16_products() return `products` (kAmx where AMX is not supported

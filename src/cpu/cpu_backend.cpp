@@ -20,7 +20,7 @@ bool dtype_supported(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
 }
 
-// The products name the kernel: the fp32 micro-kernel, or "amx" for bf16 inputs on AMX.
+// The products name the kernel: the fp32 micro-kernel, or "amx" for bf16 and fp16 inputs on AMX.
 std::string kernel_name(const Problem& p) {
   const cpu::Bf16Products products = p.backward ? cpu::backward_products(p, cpu::backward_tile_shape(p))
                                                 : cpu::forward_products(p, cpu::forward_tile_shape(p));

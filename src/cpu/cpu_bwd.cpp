@@ -8,8 +8,8 @@
 //   3. query-parallel: per query tile, loop over its KV blocks and recompute P and dS: dQ += dS K * scale.
 // Pass 3 recomputes S and dP instead of sharing dS with pass 2, which would need either atomics on dQ or
 // a dQ buffer per KV block; the price is two extra tile products per (query tile, KV block) pair.
-// The products run in fp32 on converted rows, or, for bf16 inputs on a CPU with AMX, on the bf16 values
-// themselves (bf16_tiles.h); the element-wise steps are fp32 either way.
+// The products run in fp32 on converted rows, or, for bf16 and fp16 inputs on a CPU with AMX, as bf16 tile
+// multiplies (bf16_tiles.h); the element-wise steps are fp32 either way.
 #include <algorithm>
 #include <vector>
 

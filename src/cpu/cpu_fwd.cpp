@@ -4,8 +4,8 @@
 // only the KV blocks its rows can see, prepares each K/V block once for all stacked heads, and keeps
 // an online softmax per row: S = Q K^T in log2 units, P = exp2(S - running max), O += P V with O
 // unnormalized in fp32 and divided by the row sum once at the end (deferred normalization).
-// The products run in fp32 on converted rows, or, for bf16 inputs on a CPU with AMX, on the bf16 values
-// themselves (bf16_tiles.h); the softmax and the accumulator are fp32 either way.
+// The products run in fp32 on converted rows, or, for bf16 and fp16 inputs on a CPU with AMX, as bf16 tile
+// multiplies (bf16_tiles.h); the softmax and the accumulator are fp32 either way.
 #include <algorithm>
 #include <cstring>
 #include <vector>

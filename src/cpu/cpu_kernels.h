@@ -12,7 +12,7 @@ namespace flashattn::detail::cpu {
 TileShape forward_tile_shape(const Problem& p);
 TileShape backward_tile_shape(const Problem& p);
 
-// How run_forward multiplies the tiles of `p`: bf16_products() for bf16 inputs whose head dim and block
+// How run_forward multiplies the tiles of `p`: bf16_products() for bf16 and fp16 inputs whose head dim and block
 // are multiples of 32, else kFp32.
 Bf16Products forward_products(const Problem& p, const TileShape& shape);
 

@@ -6,7 +6,7 @@
 // serial OpenBLAS (0.3.21, built without USE_LOCKING) shares its packing buffers between callers, and two
 // threads inside cblas_sgemm at once corrupted each other's results (about 1 in 500 products of
 // 64 x 128 x 64 from three threads differed), while a threaded BLAS would fight our own thread pool. The library links no BLAS;
-// the CLI's benchmark uses OpenBLAS only to measure the machine's GEMM ceiling. (bf16 inputs on a CPU with
+// the CLI's benchmark uses OpenBLAS only to measure the machine's GEMM ceiling. (bf16 and fp16 inputs on a CPU with
 // AMX take their products from bf16_tiles.h instead.)
 #pragma once
 
