@@ -161,6 +161,9 @@ std::vector<CaseSpec> bf16_cases() {
   }
   v.push_back(make(113, 203, 128, DType::kFloat16, true));
   v.push_back(make(200, 230, 256, DType::kFloat16));
+  CaseSpec negative = make(97, 120, 64, DType::kBFloat16, true);
+  negative.scale = -40.0f;  // any finite scale is taken; a negative one must not be folded into the exponentials
+  v.push_back(negative);
   v.push_back(make(113, 203, 192, DType::kBFloat16, true));
   v.push_back(make(300, 17, 128, DType::kBFloat16, true));
   v.push_back(make(600, 700, 64, DType::kBFloat16));  // several query tiles and KV blocks
