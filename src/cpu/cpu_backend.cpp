@@ -127,7 +127,7 @@ Capabilities cpu_capabilities() {
   c.algorithm = Algorithm::kFA2;
   c.available = true;
   c.note = std::string("tiled FA2 on host threads; tile products: ") + cpu::tile_gemm_impl() + " micro-kernel";
-  if (cpu::bf16_products() == cpu::Bf16Products::kAmx) c.note += "; bf16 products on AMX";
+  if (cpu::bf16_products() == cpu::Bf16Products::kAmx) c.note += "; bf16 and fp16 products on AMX";
   c.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   c.max_head_dim = int(kCpuMaxHeadDim);
   c.backward = c.causal = c.window = c.softcap = c.gqa = c.varlen = true;
