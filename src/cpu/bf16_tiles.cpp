@@ -63,6 +63,13 @@ float exp2_split_row_portable(const float* s, int64_t n_pad, int64_t begin, int6
   return sum;
 }
 
+void exp2_ds_row_portable(float* s, float* ds, int64_t n, float scale, float shift, float delta) {
+  for (int64_t c = 0; c < n; ++c) {
+    s[c] = exp2_poly(s[c] * scale - shift);
+    ds[c] = s[c] * (ds[c] - delta);
+  }
+}
+
 inline void split_value(float v, uint16_t* hi, uint16_t* lo) {
   *hi = core::float_to_bf16_bits(v);
   *lo = core::float_to_bf16_bits(v - core::bf16_bits_to_float(*hi));
@@ -293,10 +300,42 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void split_transposed_amx
     }
 }
 
-// exp2_poly's range reduction and polynomial with fused multiply-adds, and the 2^n by vscalefps, for the 16
-// columns from c; writes their hi and lo terms and returns p. No clamp: x is at most a rounding error above 0
-// (shift is the row's max), and every lane below -125 (or NaN, or -inf) is set to 0 by `keep`. kWholeRow:
-// every column of the row is visible, no lane masks.
+// 2^x on the lanes of `keep` (0 elsewhere): exp2_poly's range reduction and polynomial with fused
+// multiply-adds, and the 2^n by vscalefps. No clamp: the callers' x is at most a rounding error above 0 (the
+// shift is the row's max or its log-sum-exp), and `keep` must exclude every lane below -125 (and NaN, -inf).
+__attribute__((target("avx512f,fma"), always_inline)) inline __m512 exp2_lanes(__m512 x, __mmask16 keep) {
+  using E = Exp2Poly;
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 poly = _mm512_set1_ps(E::kC6);
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC5));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC4));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC3));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC2));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC1));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC0));
+  return _mm512_maskz_scalef_ps(keep, poly, n);
+}
+
+// The backward's row step, 16 columns at a time (the last chunk masked).
+__attribute__((target("avx512f,fma"))) void exp2_ds_row_amx(float* s, float* ds, int64_t n, float scale, float shift,
+                                                          float delta) {
+  constexpr int64_t kWidth = 16;
+  const __m512 vscale = _mm512_set1_ps(scale), vshift = _mm512_set1_ps(shift), vdelta = _mm512_set1_ps(delta);
+  const __m512 min_exp = _mm512_set1_ps(Exp2Poly::kMinExp);
+  for (int64_t c = 0; c < n; c += kWidth) {
+    const __mmask16 lanes = first_lanes(n - c);
+    const __m512 x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(lanes, s + c), vscale, vshift);
+    const __m512 p = exp2_lanes(x, _mm512_mask_cmp_ps_mask(lanes, x, min_exp, _CMP_GE_OQ));
+    _mm512_mask_storeu_ps(s + c, lanes, p);
+    const __m512 dp = _mm512_maskz_loadu_ps(lanes, ds + c);
+    _mm512_mask_storeu_ps(ds + c, lanes, _mm512_mul_ps(p, _mm512_sub_ps(dp, vdelta)));
+  }
+}
+
+// p = exp2_lanes of the 16 columns from c (x = s * scale - shift, the lanes outside [begin, end) and below
+// -125 kept out); writes their hi and lo terms and returns p. kWholeRow: every column of the row is visible,
+// no lane masks.
 template <bool kWholeRow>
 __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline __m512 exp2_split_chunk(
     const float* s, int64_t c, int64_t begin, int64_t end, __m512 scale, __m512 shift, uint16_t* hi, uint16_t* lo) {
@@ -313,16 +352,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16,fma"), always_inline)) inline
     x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(visible, s + c), scale, shift);
     keep = _mm512_mask_cmp_ps_mask(visible, x, min_exp, _CMP_GE_OQ);
   }
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 poly = _mm512_set1_ps(E::kC6);
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC5));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC4));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC3));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC2));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC1));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(E::kC0));
-  const __m512 p = _mm512_maskz_scalef_ps(keep, poly, n);
+  const __m512 p = exp2_lanes(x, keep);
   split_store(p, hi + c, lo + c);
   return p;
 }
@@ -493,6 +523,10 @@ void pack_v(Bf16Products products, const uint16_t* v, int64_t ldv, int64_t keys,
 float exp2_split_row(Bf16Products products, const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale,
                      float shift, uint16_t* hi, uint16_t* lo) {
   return FLASHATTN_BF16_DISPATCH(products, exp2_split_row, s, n_pad, begin, end, scale, shift, hi, lo);
+}
+
+void exp2_ds_row(Bf16Products products, float* s, float* ds, int64_t n, float scale, float shift, float delta) {
+  FLASHATTN_BF16_DISPATCH(products, exp2_ds_row, s, ds, n, scale, shift, delta);
 }
 
 void split_rows(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad,

@@ -73,6 +73,10 @@ void pack_v(Bf16Products products, const uint16_t* v, int64_t ldv, int64_t keys,
 float exp2_split_row(Bf16Products products, const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale,
                      float shift, uint16_t* hi, uint16_t* lo);
 
+// The backward's step on one row of n columns, in place: p = 2^(s * scale - shift) into s, then
+// ds = p (ds - delta) into ds (the exponentials as in exp2_split_row).
+void exp2_ds_row(Bf16Products products, float* s, float* ds, int64_t n, float scale, float shift, float delta);
+
 // Rows [0, rows) and columns [0, n) of x (row stride ldx) as two bf16 terms, hi = x rounded to bf16 and
 // lo = (x - hi) rounded to bf16 (row stride ld); columns [n, n_pad) of both are 0.
 void split_rows(Bf16Products products, const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad,

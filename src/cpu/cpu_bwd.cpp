@@ -105,6 +105,15 @@ class Fp32BackwardProducts {
     return 1.0f;
   }
 
+  // One row's P = 2^(s * scale - shift) over s and dS = P (dP - delta) over ds, n columns.
+  void probs_and_ds(float* s, float* ds, int64_t n, float scale, float shift, float delta) const {
+    if (scale == 1.0f)
+      exp2_shift(s, n, shift);
+    else
+      exp2_scale_shift(s, n, scale, shift);
+    for (int64_t c = 0; c < n; ++c) ds[c] = s[c] * (ds[c] - delta);
+  }
+
   // dv += P^T dO, dk += scale dS^T Q ([kn x d], row stride d).
   void accumulate_dkdv(int64_t m, int64_t kn, const float* p, const float* ds, int64_t ld, float* dk, float* dv) {
     tile_gemm(Op::kTranspose, Op::kNone, kn, d_, m, /*alpha=*/1.0f, p, ld, scratch_[kDout], d_, /*beta=*/1.0f, dv,
@@ -184,6 +193,11 @@ class Bf16BackwardProducts {
     if (p_.softcap <= 0.0f) return alpha;
     for (int64_t r = 0; r < m; ++r) scale_row(s + r * ld, kn, alpha);
     return 1.0f;
+  }
+
+  // The same in one pass with fused multiply-adds (exp2_ds_row).
+  void probs_and_ds(float* s, float* ds, int64_t n, float scale, float shift, float delta) const {
+    exp2_ds_row(products_, s, ds, n, scale, shift, delta);
   }
 
   // P^T and dS^T as A operands [keys_pad x rows_pad], then dV and dK over the tile's rows.
@@ -307,12 +321,7 @@ class BackwardWorker {
           srow[c] = capped * core::kLog2e;
         }
       }
-      if (score_scale == 1.0f)
-        exp2_shift(srow + c0, c1 - c0, lse[r]);
-      else
-        exp2_scale_shift(srow + c0, c1 - c0, score_scale, lse[r]);
-      const float dr = delta[r];
-      for (int64_t c = c0; c < c1; ++c) dsrow[c] = srow[c] * (dsrow[c] - dr);
+      products_.probs_and_ds(srow + c0, dsrow + c0, c1 - c0, score_scale, lse[r], delta[r]);
       if (softcap) {
         const float* grow = cap_grad + r * bc_;
         for (int64_t c = c0; c < c1; ++c) dsrow[c] *= grow[c];

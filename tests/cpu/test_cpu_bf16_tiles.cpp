@@ -100,6 +100,33 @@ TEST_P(Bf16Tiles, ProbabilityRowsCarrySixteenBitsAndZeroTheRest) {
   }
 }
 
+TEST_P(Bf16Tiles, BackwardRowsGiveProbabilitiesAndDs) {
+  const uint64_t seed = flashattn::harness::pick_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> score(-30.0f, 9.0f), grad(-2.0f, 2.0f);
+  const float scale = 0.72134752f, shift = 6.5f, delta = 0.375f;
+  for (int64_t n : {1, 15, 16, 17, 45, 64, 128}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    std::vector<float> s(size_t(n) + 1), ds(size_t(n) + 1);
+    for (float& v : s) v = score(rng);
+    for (float& v : ds) v = grad(rng);
+    s[size_t(n)] = ds[size_t(n)] = std::numeric_limits<float>::quiet_NaN();  // past the row: left alone
+    const std::vector<float> s0 = s, ds0 = ds;
+    cpu::exp2_ds_row(GetParam(), s.data(), ds.data(), n, scale, shift, delta);
+    for (int64_t c = 0; c < n; ++c) {
+      const double p = std::exp2(double(s0[size_t(c)]) * scale - shift);
+      if (p < std::ldexp(1.0, -124)) continue;  // may flush to 0 at the edge of the range
+      // The fp32 argument s * scale - shift (|s * scale| < 32) alone may be off by 2^-19.
+      ASSERT_LE(std::abs(double(s[size_t(c)]) - p), std::ldexp(p, -18)) << "p, column " << c;
+      const double want = p * (double(ds0[size_t(c)]) - delta);
+      ASSERT_LE(std::abs(double(ds[size_t(c)]) - want), std::ldexp(p * (std::abs(ds0[size_t(c)]) + delta), -18))
+          << "ds, column " << c;
+    }
+    EXPECT_TRUE(std::isnan(s[size_t(n)]) && std::isnan(ds[size_t(n)])) << "wrote past the row";
+  }
+}
+
 // hi and lo of one value, as bf16_tiles.h defines them.
 std::pair<uint16_t, uint16_t> split_of(float v) {
   const uint16_t hi = core::float_to_bf16_bits(v);
