@@ -98,17 +98,53 @@ inline float sum_lanes(const F8& v) {
 
 }  // namespace
 
+// A max does not depend on the order it is taken in, so the row max runs two 16-lane accumulators (no chain
+// of dependent comparisons) and a tree reduction: the same value as a scalar loop. (Results go through
+// pointers: see load().)
+template <typename V>
+inline void max_into(const V& v, V* acc) {
+  *acc = v > *acc ? v : *acc;
+}
+
+inline float max_lanes(const F8& v) {
+  typedef float F4 __attribute__((vector_size(4 * sizeof(float))));
+  F4 a, b;
+  std::memcpy(&a, &v, sizeof a);
+  std::memcpy(&b, reinterpret_cast<const char*>(&v) + sizeof a, sizeof b);
+  max_into(b, &a);
+  const float x = a[0] > a[2] ? a[0] : a[2], y = a[1] > a[3] ? a[1] : a[3];
+  return x > y ? x : y;
+}
+
 FLASHATTN_ROW_CLONES float row_max(const float* x, int64_t n) {
+  constexpr int64_t kStep = 4 * kWidth;  // two 16-lane vectors
   float m = core::kNegInf;
   int64_t i = 0;
-  if (n >= kWidth) {
-    F8 acc, v;
-    load(x, &acc);
-    for (i = kWidth; i + kWidth <= n; i += kWidth) {
+  if (n >= kStep) {
+    F16 acc0, acc1, v;
+    load(x, &acc0);
+    load(x + 2 * kWidth, &acc1);
+    for (i = kStep; i + kStep <= n; i += kStep) {
       load(x + i, &v);
-      acc = v > acc ? v : acc;
+      max_into(v, &acc0);
+      load(x + i + 2 * kWidth, &v);
+      max_into(v, &acc1);
     }
-    for (int l = 0; l < kWidth; ++l) m = acc[l] > m ? acc[l] : m;
+    max_into(acc1, &acc0);
+    F8 lo, hi;
+    split_halves(acc0, &lo, &hi);
+    max_into(hi, &lo);
+    m = max_lanes(lo);
+  }
+  if (i + kWidth <= n) {
+    F8 acc, v;
+    load(x + i, &acc);
+    for (i += kWidth; i + kWidth <= n; i += kWidth) {
+      load(x + i, &v);
+      max_into(v, &acc);
+    }
+    const float part = max_lanes(acc);
+    m = part > m ? part : m;
   }
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;

@@ -201,7 +201,7 @@ TEST(CpuRowOps, VectorLoopsMatchTheScalarPolynomialBitwise) {
   SCOPED_TRACE(std::string("row loops variant ") + cpu::row_ops_variant());
   std::mt19937_64 rng(5);
   std::uniform_real_distribution<float> dist(-40.0f, 4.0f);
-  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 23, 24, 31, 64, 129, 256}) {
+  for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 40, 63, 64, 100, 129, 256}) {
     std::vector<float> x(static_cast<size_t>(n));
     for (float& v : x) v = dist(rng);
     if (n > 3) x[2] = -std::numeric_limits<float>::infinity();
