@@ -80,10 +80,10 @@ TileShape backward_tile_shape(const Problem& p) {
   TileShape shape = p.head_dim <= 128 ? TileShape{/*stacked_rows=*/128, /*block_keys=*/128}
                                       : TileShape{/*stacked_rows=*/64, /*block_keys=*/64};
   // On the bf16 tiles each KV block of the KV pass copies and packs the Q and dO rows of every query tile it
-  // visits, so longer blocks pay (Intel Xeon, bf16: 256 keys +6..7% at d 64, +2..3% at d 128; 256 rows as
-  // well gained no more).
-  constexpr int64_t kLongBlockKeys = 256;
-  if (p.head_dim <= 128 && backward_products(p, shape) != Bf16Products::kFp32) shape.block_keys = kLongBlockKeys;
+  // visits, so longer blocks pay, at every head dim (Intel Xeon, bf16: 128 x 256 over 128 x 128 +6..7% at
+  // d 64, +2..3% at d 128, over 64 x 64 +20..25% at d 256; 256 rows as well gained no more).
+  constexpr TileShape kBf16Tiles{/*stacked_rows=*/128, /*block_keys=*/256};
+  if (backward_products(p, kBf16Tiles) != Bf16Products::kFp32) shape = kBf16Tiles;
   while (shape.block_keys > kMinBlockKeys && kv_block_count(p, shape) < kMinTasks) shape.block_keys /= 2;
   while (shape.stacked_rows > kMinStackedRows && count_query_tiles(p, shape) < kMinTasks) shape.stacked_rows /= 2;
   return shape;
