@@ -552,20 +552,29 @@ Bf16Terms bf16_terms(Bf16Products products, bool fp16, const uint16_t* rows, int
   return {hi, lo, d};
 }
 
+namespace {
+
+using PackRows = void (*)(Bf16Products, const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint16_t*);
+
+// `pack` of each term of rows.
+Bf16Terms pack_terms(PackRows pack, Bf16Products products, const Bf16Terms& rows, int64_t keys, int64_t keys_pad,
+                     int64_t d, uint16_t* hi, uint16_t* lo) {
+  pack(products, rows.hi, rows.ld, keys, keys_pad, d, hi);
+  if (rows.lo == nullptr) return {hi, nullptr, 0};
+  pack(products, rows.lo, rows.ld, keys, keys_pad, d, lo);
+  return {hi, lo, 0};
+}
+
+}  // namespace
+
 Bf16Terms pack_kt_terms(Bf16Products products, const Bf16Terms& rows, int64_t keys, int64_t keys_pad, int64_t d,
                         uint16_t* hi, uint16_t* lo) {
-  pack_kt(products, rows.hi, rows.ld, keys, keys_pad, d, hi);
-  if (rows.lo == nullptr) return {hi, nullptr, 0};
-  pack_kt(products, rows.lo, rows.ld, keys, keys_pad, d, lo);
-  return {hi, lo, 0};
+  return pack_terms(&pack_kt, products, rows, keys, keys_pad, d, hi, lo);
 }
 
 Bf16Terms pack_v_terms(Bf16Products products, const Bf16Terms& rows, int64_t keys, int64_t keys_pad, int64_t d,
                        uint16_t* hi, uint16_t* lo) {
-  pack_v(products, rows.hi, rows.ld, keys, keys_pad, d, hi);
-  if (rows.lo == nullptr) return {hi, nullptr, 0};
-  pack_v(products, rows.lo, rows.ld, keys, keys_pad, d, lo);
-  return {hi, lo, 0};
+  return pack_terms(&pack_v, products, rows, keys, keys_pad, d, hi, lo);
 }
 
 #undef FLASHATTN_BF16_DISPATCH

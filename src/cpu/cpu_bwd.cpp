@@ -139,12 +139,11 @@ class Fp32BackwardProducts {
   RowsView k_, v_;
 };
 
-// Bf16BackwardProducts: bf16 and fp16 inputs multiplied on AMX (or its portable emulation) as bf16 terms
-// (fp16 values split exactly in two, bf16_terms), with the forward's padding to 32 (bf16_tiles.h). Q and dO
-// rows are copied (A operands of S and dP) and, in the KV pass, packed as B of dK and dV; K and V blocks are
-// packed transposed (B of S and dP) and, in the query pass, K also as B of dQ. P and dS enter their products
-// as hi + lo bf16 terms, transposed for dV and dK. dK and dQ accumulate unscaled; the scale is applied once
-// when they are stored.
+// Bf16BackwardProducts: the five products on the bf16 tiles, with the operands and padding of the forward's
+// Bf16TileProducts (cpu_fwd.cpp). Q and dO rows are copied (A operands of S and dP) and, in the KV pass,
+// packed as B of dK and dV; K and V blocks are packed transposed (B of S and dP) and, in the query pass, K also
+// as B of dQ. P and dS enter their products as hi + lo bf16 terms, transposed for dV and dK. dK and dQ
+// accumulate unscaled; the scale is applied once when they are stored.
 class Bf16BackwardProducts {
  public:
   Bf16BackwardProducts(const Problem& p, int64_t max_stacked, int64_t bc, Bf16Products products)
