@@ -50,14 +50,17 @@ void pack_v_portable(const uint16_t* v, int64_t ldv, int64_t keys, int64_t keys_
     for (int64_t j = 0; j < d; ++j) dst[packed_offset(keys_pad, r, j)] = r < keys ? v[r * ldv + j] : 0;
 }
 
+inline void split_value(float v, uint16_t* hi, uint16_t* lo) {
+  *hi = core::float_to_bf16_bits(v);
+  *lo = core::float_to_bf16_bits(v - core::bf16_bits_to_float(*hi));
+}
+
 float exp2_split_row_portable(const float* s, int64_t n_pad, int64_t begin, int64_t end, float scale, float shift,
                               uint16_t* hi, uint16_t* lo) {
   float sum = 0.0f;
   for (int64_t c = 0; c < n_pad; ++c) {
     const float p = c >= begin && c < end ? exp2_poly(s[c] * scale - shift) : 0.0f;
-    const uint16_t h = core::float_to_bf16_bits(p);
-    hi[c] = h;
-    lo[c] = core::float_to_bf16_bits(p - core::bf16_bits_to_float(h));
+    split_value(p, hi + c, lo + c);
     sum += p;
   }
   return sum;
@@ -68,11 +71,6 @@ void exp2_ds_row_portable(float* s, float* ds, int64_t n, float scale, float shi
     s[c] = exp2_poly(s[c] * scale - shift);
     ds[c] = s[c] * (ds[c] - delta);
   }
-}
-
-inline void split_value(float v, uint16_t* hi, uint16_t* lo) {
-  *hi = core::float_to_bf16_bits(v);
-  *lo = core::float_to_bf16_bits(v - core::bf16_bits_to_float(*hi));
 }
 
 void split_rows_portable(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t n_pad, uint16_t* hi,

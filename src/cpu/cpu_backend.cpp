@@ -22,8 +22,7 @@ bool dtype_supported(DType dtype) {
 
 // The products name the kernel: the fp32 micro-kernel, or "amx" for bf16 and fp16 inputs on AMX.
 std::string kernel_name(const Problem& p) {
-  const cpu::Bf16Products products = p.backward ? cpu::backward_products(p, cpu::backward_tile_shape(p))
-                                                : cpu::forward_products(p, cpu::forward_tile_shape(p));
+  const cpu::Bf16Products products = cpu::tile_products(p);
   const char* impl = products != cpu::Bf16Products::kFp32 ? cpu::bf16_products_name(products) : cpu::tile_gemm_impl();
   return std::string("cpu_fa2_") + (p.backward ? "bwd_" : "fwd_") + impl;
 }
@@ -51,6 +50,9 @@ namespace {
 constexpr int64_t kMinTasks = 32;
 constexpr int64_t kMinStackedRows = 32;
 constexpr int64_t kMinBlockKeys = 32;
+// The bf16 tiles take blocks of a multiple of 32 keys: every shape below has them, and halving a block stops
+// at kMinBlockKeys.
+static_assert(kMinBlockKeys % kBf16TileAlign == 0, "blocks halved down to kMinBlockKeys stay multiples of 32");
 
 int64_t kv_block_count(const Problem& p, const TileShape& shape) {
   int64_t blocks = 0;
@@ -59,6 +61,12 @@ int64_t kv_block_count(const Problem& p, const TileShape& shape) {
 }
 
 }  // namespace
+
+Bf16Products tile_products(const Problem& p) {
+  const bool half = p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16;
+  if (!half || p.head_dim % kBf16TileAlign != 0) return Bf16Products::kFp32;
+  return bf16_products();
+}
 
 // Br x Bc measured on the 2-core development machine (AMD EPYC, 512 KiB L2 per core; fp32, seqlen
 // 2048): a taller query tile halves how often K and V stream in from L3, which mattered most; keys per
@@ -70,7 +78,8 @@ TileShape forward_tile_shape(const Problem& p) {
   // taller tile pays, at every head dim (Intel Xeon, bf16: 512 x 128 over 256 x 128 +4..11% at d 64, +7..13%
   // at d 128, over 128 x 64 +21..24% at d 256; 1024 rows at d 64 no better).
   constexpr TileShape kBf16Tiles{/*stacked_rows=*/512, /*block_keys=*/128};
-  if (forward_products(p, kBf16Tiles) != Bf16Products::kFp32) shape = kBf16Tiles;
+  static_assert(kBf16Tiles.block_keys % kBf16TileAlign == 0, "bf16 tiles take blocks of a multiple of 32 keys");
+  if (tile_products(p) != Bf16Products::kFp32) shape = kBf16Tiles;
   while (shape.stacked_rows > kMinStackedRows && count_query_tiles(p, shape) < kMinTasks) shape.stacked_rows /= 2;
   return shape;
 }
@@ -83,7 +92,8 @@ TileShape backward_tile_shape(const Problem& p) {
   // visits, so longer blocks pay, at every head dim (Intel Xeon, bf16: 128 x 256 over 128 x 128 +6..7% at
   // d 64, +2..3% at d 128, over 64 x 64 +20..25% at d 256; 256 rows as well gained no more).
   constexpr TileShape kBf16Tiles{/*stacked_rows=*/128, /*block_keys=*/256};
-  if (backward_products(p, kBf16Tiles) != Bf16Products::kFp32) shape = kBf16Tiles;
+  static_assert(kBf16Tiles.block_keys % kBf16TileAlign == 0, "bf16 tiles take blocks of a multiple of 32 keys");
+  if (tile_products(p) != Bf16Products::kFp32) shape = kBf16Tiles;
   while (shape.block_keys > kMinBlockKeys && kv_block_count(p, shape) < kMinTasks) shape.block_keys /= 2;
   while (shape.stacked_rows > kMinStackedRows && count_query_tiles(p, shape) < kMinTasks) shape.stacked_rows /= 2;
   return shape;

@@ -78,7 +78,8 @@ class Fp32BackwardProducts {
   Fp32BackwardProducts(const Problem& p, int64_t max_stacked, int64_t bc)
       : p_(p), d_(p.head_dim), scratch_({max_stacked * d_, max_stacked * d_, bc * d_, bc * d_}) {}
 
-  static constexpr bool kPadsRows = false;
+  // Rows the products touch for a tile of `rows` rows: its own.
+  static int64_t padded_rows(int64_t rows) { return rows; }
   static constexpr bool kPrefetch = true;
   // dK and dQ leave the products already scaled.
   float gradient_scale() const { return 1.0f; }
@@ -156,13 +157,14 @@ class Bf16BackwardProducts {
         tiles_(products),
         scratch_(buffer_sizes(max_stacked * d_, bc * d_, max_stacked * bc, fp16_)) {}
 
-  static constexpr bool kPadsRows = true;
+  // Rows the products touch for a tile of `rows` rows: whole 32-row blocks.
+  static int64_t padded_rows(int64_t rows) { return round_up_to_tile(rows); }
   // As in the forward: the packing reads each block at once, and software prefetches only stall.
   static constexpr bool kPrefetch = false;
   float gradient_scale() const { return p_.scale; }
 
   void load_query_side(const QueryTile& tile, bool kv_pass) {
-    rows_pad_ = round_up_to_tile(tile.stacked());
+    rows_pad_ = padded_rows(tile.stacked());
     copy_stacked_u16(p_, p_.q, tile, rows_pad_, buffer(kQ));
     copy_stacked_u16(p_, p_.dout, tile, rows_pad_, buffer(kDout));
     q_ = terms(buffer(kQ), d_, rows_pad_, buffer(kQHi), buffer(kQLo));
@@ -270,7 +272,7 @@ class BackwardWorker {
         stats_(stats),
         d_(p.head_dim),
         bc_(shape.block_keys),
-        max_stacked_(padded(heads_per_tile(p, shape) * rows_per_tile(p, shape))),
+        max_stacked_(Products::padded_rows(heads_per_tile(p, shape) * rows_per_tile(p, shape))),
         products_(p, max_stacked_, bc_, product_args...),
         scratch_({max_stacked_ * d_, bc_ * d_, bc_ * d_, max_stacked_ * bc_, max_stacked_ * bc_, max_stacked_ * bc_,
                   max_stacked_, max_stacked_}) {}
@@ -378,7 +380,7 @@ class BackwardWorker {
   void run_query_tile(const QueryTile& tile) {
     const int64_t m = tile.stacked();
     float* dq = scratch_[kDq];
-    fill_row(dq, padded(m) * d_, 0.0f);
+    fill_row(dq, Products::padded_rows(m) * d_, 0.0f);
     load_query_side(tile, /*kv_pass=*/false);
     const core::MaskSpec mask = p_.mask(tile.batch);
     const int64_t len_k = p_.len_k(tile.batch);
@@ -413,9 +415,6 @@ class BackwardWorker {
     kRowLse,    // [stacked] LSE (log2) of the stacked rows
     kRowDelta,  // [stacked] D of the stacked rows
   };
-
-  // Rows the products may touch past the tile's own (bf16 tiles work on 32-row blocks).
-  static int64_t padded(int64_t rows) { return Products::kPadsRows ? round_up_to_tile(rows) : rows; }
 
   // Queues the Q and dO rows of the next query tile of the KV pass.
   void queue_query_side(const QueryTile& next) {
@@ -494,13 +493,11 @@ Status run_gradient_passes(const Problem& p, const TileShape& shape, int workers
 
 }  // namespace
 
-Bf16Products backward_products(const Problem& p, const TileShape& shape) { return forward_products(p, shape); }
-
 Status run_backward(const Problem& p, const TileShape& shape, int workers) {
   RowStats stats;
   Status s = prepare_row_stats(p, workers, &stats);
   if (!s.ok()) return s;
-  const Bf16Products products = backward_products(p, shape);
+  const Bf16Products products = tile_products(p);
   if (products == Bf16Products::kFp32) return run_gradient_passes<Fp32BackwardProducts>(p, shape, workers, stats);
   return run_gradient_passes<Bf16BackwardProducts>(p, shape, workers, stats, products);
 }

@@ -32,7 +32,8 @@ class Fp32Products {
   Fp32Products(const Problem& p, int64_t max_stacked, int64_t bc)
       : p_(p), d_(p.head_dim), scratch_({max_stacked * d_, bc * d_, bc * d_}) {}
 
-  static constexpr bool kPadsRows = false;
+  // Rows the products touch for a tile of `rows` rows: its own.
+  static int64_t padded_rows(int64_t rows) { return rows; }
   static constexpr bool kPrefetchNextBlock = true;
 
   void load_q(const QueryTile& tile) { load_stacked(p_, p_.q, tile, scratch_[kQ]); }
@@ -92,7 +93,8 @@ class Bf16TileProducts {
                   fp16_ ? Scratch::halves(bc * d_) : 0, fp16_ ? Scratch::halves(bc * d_) : 0,
                   fp16_ ? Scratch::halves(bc * d_) : 0, fp16_ ? Scratch::halves(bc * d_) : 0}) {}
 
-  static constexpr bool kPadsRows = true;
+  // Rows the products touch for a tile of `rows` rows: whole 32-row blocks.
+  static int64_t padded_rows(int64_t rows) { return round_up_to_tile(rows); }
   // The software prefetches of the next block measured 0-4% slower here: the block is read by the packing
   // at once, row after row, and the prefetch instructions stalled on the line fill buffers.
   static constexpr bool kPrefetchNextBlock = false;
@@ -122,7 +124,7 @@ class Bf16TileProducts {
 
   void load_q(const QueryTile& tile) {
     const int64_t m = tile.stacked();
-    rows_pad_ = round_up_to_tile(m);
+    rows_pad_ = padded_rows(m);
     copy_stacked_u16(p_, p_.q, tile, rows_pad_, buffer(kQ));
     q_ = terms(buffer(kQ), d_, rows_pad_, buffer(kQHi), buffer(kQLo));
     // The softmax writes P rows [0, m) only.
@@ -200,7 +202,7 @@ class ForwardTileRunner {
       : p_(p),
         shape_(shape),
         d_(p.head_dim),
-        max_stacked_(padded(heads_per_tile(p, shape) * rows_per_tile(p, shape))),
+        max_stacked_(Products::padded_rows(heads_per_tile(p, shape) * rows_per_tile(p, shape))),
         products_(p, max_stacked_, shape.block_keys, product_args...),
         scratch_({max_stacked_ * d_, max_stacked_ * shape.block_keys, max_stacked_}),
         rows_(size_t(max_stacked_)) {}
@@ -213,7 +215,7 @@ class ForwardTileRunner {
     float* s = scratch_[kS];
 
     products_.load_q(tile);
-    fill_row(o, padded(m) * d_, 0.0f);
+    fill_row(o, Products::padded_rows(m) * d_, 0.0f);
     std::fill(rows_.begin(), rows_.begin() + m, core::OnlineSoftmaxRow{});
 
     // Softcap needs the score in natural units before the cap; without it fold log2(e) into the product.
@@ -254,9 +256,6 @@ class ForwardTileRunner {
     kFactor,  // [stacked] 1 / row sum at the end
   };
 
-  // Rows the products may touch past the tile's own (bf16 tiles work on 32-row blocks).
-  static int64_t padded(int64_t rows) { return Products::kPadsRows ? round_up_to_tile(rows) : rows; }
-
   void store_lse(const QueryTile& tile) {
     float* lse = static_cast<float*>(p_.lse.ptr);
     const int64_t row_offset = p_.q_row_offset(tile.batch);
@@ -290,16 +289,10 @@ Status run_tiles(const Problem& p, const TileShape& shape, int workers, const st
 
 }  // namespace
 
-Bf16Products forward_products(const Problem& p, const TileShape& shape) {
-  const bool half = p.dtype == DType::kBFloat16 || p.dtype == DType::kFloat16;
-  if (!half || p.head_dim % kBf16TileAlign != 0 || shape.block_keys % kBf16TileAlign != 0) return Bf16Products::kFp32;
-  return bf16_products();
-}
-
 Status run_forward(const Problem& p, const TileShape& shape, int workers) {
   const std::vector<QueryTile> tiles = make_query_tiles(p, shape);
   if (tiles.empty()) return Status::Ok();
-  const Bf16Products products = forward_products(p, shape);
+  const Bf16Products products = tile_products(p);
   if (products == Bf16Products::kFp32) return run_tiles<Fp32Products>(p, shape, workers, tiles);
   return run_tiles<Bf16TileProducts>(p, shape, workers, tiles, products);
 }

@@ -12,12 +12,9 @@ namespace flashattn::detail::cpu {
 TileShape forward_tile_shape(const Problem& p);
 TileShape backward_tile_shape(const Problem& p);
 
-// How run_forward multiplies the tiles of `p`: bf16_products() for bf16 and fp16 inputs whose head dim and block
-// are multiples of 32, else kFp32.
-Bf16Products forward_products(const Problem& p, const TileShape& shape);
-
-// The same for run_backward (the same rule).
-Bf16Products backward_products(const Problem& p, const TileShape& shape);
+// How the forward and the backward multiply the tiles of `p`: bf16_products() for bf16 and fp16 inputs whose
+// head dim is a multiple of 32, else kFp32. (Every block of the tile shapes above is a multiple of 32 keys.)
+Bf16Products tile_products(const Problem& p);
 
 // FA2 forward: tasks over query tiles; writes out and (when present) lse. `workers` <= 0: all hardware
 // threads. The problem must have passed cpu_check.
