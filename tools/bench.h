@@ -82,6 +82,11 @@ void deal_decode_pages(const DecodeShape& shape, int copies, int32_t* tables);
 // the buffer's start, its table rows after copy - 1's). Backend and options are the caller's to set.
 KVCacheArgs decode_call_args(const DecodeTensors& t, const DecodeShape& shape, bool paged, int copy);
 
+class JsonWriter;
+// Opens one decode row's JSON object with the fields the GPU and CPU decode benchmarks share: b, seqlen_k,
+// layout, page_size, rotated_caches, bytes.
+void begin_decode_row(JsonWriter& j, int64_t batch, int64_t seqlen_k, bool paged, int copies, double bytes);
+
 int bench_cpu(const BenchOptions& options);
 int bench_gpu(const BenchOptions& options);
 // `--gpu --decode` (bench_decode.cpp): TB/s of K and V read once, beside the device copy rate.

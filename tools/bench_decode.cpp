@@ -294,9 +294,7 @@ int bench_decode(const BenchOptions& o) {
     j.end_object();
     j.key("rows").begin_array();
     for (const DecodeRow& r : rows) {
-      j.begin_object().field("b", r.batch).field("seqlen_k", r.seqlen_k);
-      j.field("layout", r.paged ? "paged" : "contiguous").field("page_size", r.paged ? kPageSize : int64_t(0));
-      j.field("rotated_caches", r.copies).field("bytes", r.bytes);
+      begin_decode_row(j, r.batch, r.seqlen_k, r.paged, r.copies, r.bytes);
       if (r.error.empty()) {
         j.field("ms", r.ms).field("TBps", r.tbps).field("fraction_of_copy", copy_tbps > 0 ? r.tbps / copy_tbps : 0.0);
         j.field("api_ms", r.api_ms).field("api_TBps", r.api_tbps);

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "bench.h"
+#include "json_writer.h"
 
 namespace flashattn::cli {
 
@@ -40,6 +41,12 @@ KVCacheArgs decode_call_args(const DecodeTensors& t, const DecodeShape& shape, b
                      {shape.batch, shape.seqlen_k, kDecodeHeadsKV, kDecodeHeadDim});
   }
   return a;
+}
+
+void begin_decode_row(JsonWriter& j, int64_t batch, int64_t seqlen_k, bool paged, int copies, double bytes) {
+  j.begin_object().field("b", batch).field("seqlen_k", seqlen_k);
+  j.field("layout", paged ? "paged" : "contiguous").field("page_size", paged ? kDecodePageSize : int64_t(0));
+  j.field("rotated_caches", copies).field("bytes", bytes);
 }
 
 }  // namespace flashattn::cli

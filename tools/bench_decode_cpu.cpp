@@ -239,9 +239,7 @@ int bench_decode_cpu(const BenchOptions& o) {
     j.field("read_bytes", int64_t(buf.k.size() * sizeof(uint16_t))).end_object();
     j.key("rows").begin_array();
     for (const CpuDecodeRow& r : rows) {
-      j.begin_object().field("b", r.batch).field("seqlen_k", r.seqlen_k);
-      j.field("layout", r.paged ? "paged" : "contiguous").field("page_size", r.paged ? kDecodePageSize : int64_t(0));
-      j.field("rotated_caches", r.copies).field("bytes", r.bytes);
+      begin_decode_row(j, r.batch, r.seqlen_k, r.paged, r.copies, r.bytes);
       if (r.error.empty()) {
         j.field("ms", r.ms).field("GBps", r.gbps).field("fraction_of_read", read_gbps > 0 ? r.gbps / read_gbps : 0.0);
         j.field("kernel", r.kernel);
