@@ -141,41 +141,53 @@ TEST(Fa3Forward, HundredRunsBitwiseEqual) {
 
 // The section rule on the benchmark's shapes and at its edges (host code: runs without a GPU).
 TEST(Fa3Schedule, PairByPairWithoutAMaskAndTwoWavesOfFittingKvWithOne) {
+  using flashattn::cuda::fa3::kGridCtasPerSectionPair;
   using flashattn::cuda::fa3::kL2SectionBytes;
   using flashattn::cuda::fa3::l2_section_heads;
   constexpr int kGrid = 132;
+  static_assert(kGridCtasPerSectionPair == 4, "the expectations below take 32 pairs as the cap on 132 SMs");
   // Equal tiles (no mask): one pair per section, whatever the sizes.
   EXPECT_EQ(l2_section_heads(16, 16, 16, 1024, 128, 2, 8, kGrid, false), 1);
   EXPECT_EQ(l2_section_heads(32, 8, 8, 512, 256, 2, 4, kGrid, false), 1);
   EXPECT_EQ(l2_section_heads(1, 16, 16, 16384, 128, 2, 128, kGrid, false), 1);
   EXPECT_EQ(l2_section_heads(4, 32, 8, 4096, 128, 2, 32, kGrid, false), 1);
   EXPECT_EQ(l2_section_heads(1, 1, 1, int64_t(1) << 30, 256, 2, 1, 1, false), 1);
-  // Unequal tiles (causal): the K/V that fit 16 MB, and at least two waves. d 128, N 1024, batch 16 x 16
-  // heads: 512 KB of K/V per head, 32 fit; 8 Q tiles per head, so two waves (264 tiles) need 33 heads: 64
-  // (the next power of two).
-  EXPECT_EQ(l2_section_heads(16, 16, 16, 1024, 128, 2, 8, kGrid, true), 64);
-  // d 256, N 512: 66 heads for two waves: 128.
-  EXPECT_EQ(l2_section_heads(32, 8, 8, 512, 256, 2, 4, kGrid, true), 128);
-  // d 64, N 512, batch 32 x 32 heads: 128 KB per head, 128 fit, which is more than two waves.
-  EXPECT_EQ(l2_section_heads(32, 32, 32, 512, 64, 2, 3, kGrid, true), 128);
+  // Unequal tiles (causal): the K/V that fit 16 MB, at least two waves, at most 32 pairs (132 / 4, rounded
+  // down to a power of two). d 128, N 2048, batch 8 x 16 heads: 1 MB of K/V per head, 16 fit; 16 Q tiles per
+  // head, so two waves (264 tiles) need 17 heads: 32 (the next power of two), which the cap allows.
+  EXPECT_EQ(l2_section_heads(8, 16, 16, 2048, 128, 2, 16, kGrid, true), 32);
+  // d 128, N 1024: two waves need 33 heads, 64; the cap: 32.
+  EXPECT_EQ(l2_section_heads(16, 16, 16, 1024, 128, 2, 8, kGrid, true), 32);
+  // d 256, N 512: 66 heads for two waves, 128; the cap: 32.
+  EXPECT_EQ(l2_section_heads(32, 8, 8, 512, 256, 2, 4, kGrid, true), 32);
+  // d 64, N 512, batch 32 x 32 heads: 128 KB per head, 128 fit; the cap: 32.
+  EXPECT_EQ(l2_section_heads(32, 32, 32, 512, 64, 2, 4, kGrid, true), 32);
   // d 128, N 16384: 128 Q tiles per head, so two waves need 3 heads: 4.
   EXPECT_EQ(l2_section_heads(1, 16, 16, 16384, 128, 2, 128, kGrid, true), 4);
   // GQA 4:1: sections are whole groups of query heads (multiples of 4) and count the K/V once per group.
   EXPECT_EQ(l2_section_heads(1, 32, 8, 16384, 128, 2, 128, kGrid, true), 8);
+  EXPECT_EQ(l2_section_heads(32, 32, 8, 512, 128, 2, 4, kGrid, true), 32);  // the cap: 8 KV heads
+  // MQA with more query heads than the cap: one KV head, all of its query heads.
+  EXPECT_EQ(l2_section_heads(4, 64, 1, 512, 128, 2, 4, kGrid, true), 64);
   // Never more than all pairs, never fewer than one.
   EXPECT_EQ(l2_section_heads(1, 2, 2, 64, 64, 2, 1, kGrid, true), 2);
   EXPECT_EQ(l2_section_heads(1, 1, 1, int64_t(1) << 30, 256, 2, 1, 1, true), 1);
   EXPECT_EQ(l2_section_heads(1, 1, 1, 0, 64, 2, 0, 0, true), 1);
-  // Where the two-wave floor does not bind (a grid of one CTA), a section's K/V fit kL2SectionBytes and the
-  // section is no smaller than needed.
+  // The benchmark's causal shapes (16384 tokens, hidden 2048, 128-row tiles): sections of at most 32 pairs,
+  // and of at least two waves of tiles wherever the cap leaves room for them.
   for (int64_t n : {512, 1024, 2048, 4096, 8192, 16384}) {
     for (int64_t d : {64, 128, 256}) {
-      const int64_t kv_head_bytes = n * d * 2 * 2;
-      const int heads = l2_section_heads(64, 8, 8, n, d, 2, int(n / 128), 1, true);
-      EXPECT_LE(heads * kv_head_bytes, kL2SectionBytes) << n << " " << d;
-      EXPECT_GT(2 * heads * kv_head_bytes, kL2SectionBytes) << n << " " << d;
+      const int64_t batch = 16384 / n, heads = 2048 / d;
+      const int m_blocks = int(n / 128);
+      const int pairs = l2_section_heads(batch, heads, heads, n, d, 2, m_blocks, kGrid, true);
+      EXPECT_LE(pairs, 32) << n << " " << d;
+      EXPECT_TRUE(pairs == 32 || int64_t(pairs) * m_blocks >= 2 * kGrid) << n << " " << d << ": " << pairs;
     }
   }
+  // Where neither the floor nor the cap binds, the K/V that fit kL2SectionBytes: d 64, N 8192 on 64 CTAs
+  // (cap 16 pairs, two waves 2 pairs): 2 MB per head, 8 fit.
+  EXPECT_EQ(l2_section_heads(2, 32, 32, 8192, 64, 2, 64, 64, true), 8);
+  EXPECT_EQ(8 * 8192 * 64 * 2 * 2, kL2SectionBytes);
 }
 
 // Many tiles per CTA of every kind in one call, so that each CTA changes tiles several times: varlen

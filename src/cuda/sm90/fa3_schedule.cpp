@@ -30,8 +30,9 @@ int l2_section_heads(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t s
   const int64_t kv_head_bytes = std::max<int64_t>(1, seqlen_k) * head_dim * 2 * elem_bytes;  // K and V
   const int64_t fit = floor_pow2(std::max<int64_t>(1, kL2SectionBytes / std::max<int64_t>(1, kv_head_bytes)));
   const int64_t two_waves = ceil_div(2 * int64_t(std::max(grid, 1)), std::max(num_m_blocks, 1));
-  const int64_t kv_heads = std::max(fit, ceil_pow2(ceil_div(two_waves, group)));
-  return int(std::min(pairs, kv_heads * group));
+  const int64_t wanted = std::max(fit, ceil_pow2(ceil_div(two_waves, group)));
+  const int64_t cap = std::max<int64_t>(1, floor_pow2(std::max(grid, 1) / kGridCtasPerSectionPair) / group);
+  return int(std::min(pairs, std::min(wanted, cap) * group));
 }
 
 }  // namespace flashattn::cuda::fa3
