@@ -140,7 +140,7 @@ TEST(Fa3Forward, HundredRunsBitwiseEqual) {
 }
 
 // The section rule on the benchmark's shapes and at its edges (host code: runs without a GPU).
-TEST(Fa3Schedule, PairByPairWithoutAMaskAndTwoWavesOfFittingKvWithOne) {
+TEST(Fa3Schedule, PairByPairWithoutAMaskTwoWavesWithOneAtMostAQuarterOfTheGrid) {
   using flashattn::cuda::fa3::kGridCtasPerSectionPair;
   using flashattn::cuda::fa3::kL2SectionBytes;
   using flashattn::cuda::fa3::l2_section_heads;
