@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/softmax_online.h"
+#include "cpu/bf16_operands.h"
 #include "cpu/bf16_tiles.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/row_ops.h"
@@ -145,16 +146,11 @@ class Fp32BackwardProducts {
 // packed as B of dK and dV; K and V blocks are packed transposed (B of S and dP) and, in the query pass, K also
 // as B of dQ. P and dS enter their products as hi + lo bf16 terms, transposed for dV and dK. dK and dQ
 // accumulate unscaled; the scale is applied once when they are stored.
-class Bf16BackwardProducts {
+class Bf16BackwardProducts : Bf16Operands {
  public:
   Bf16BackwardProducts(const Problem& p, int64_t max_stacked, int64_t bc, Bf16Products products)
-      : p_(p),
-        d_(p.head_dim),
-        bc_(bc),
+      : Bf16Operands(p, bc, products),
         max_stacked_(max_stacked),
-        fp16_(p.dtype == DType::kFloat16),
-        products_(products),
-        tiles_(products),
         scratch_(buffer_sizes(max_stacked * d_, bc * d_, max_stacked * bc, fp16_)) {}
 
   // Rows the products touch for a tile of `rows` rows: whole 32-row blocks.
@@ -179,10 +175,10 @@ class Bf16BackwardProducts {
   void load_kv_block(int64_t b, int64_t kv_head, int64_t k0, int64_t kn, bool kv_pass) {
     keys_pad_ = round_up_to_tile(kn);
     const int64_t row = p_.k_row_offset(b) + k0;
-    const Bf16Terms k = terms(row_u16(p_.k, b, row, kv_head), p_.k.row_stride, kn, buffer(kRowsHi), buffer(kRowsLo));
+    const Bf16Terms k = rows_terms(p_.k, b, row, kv_head, kn, buffer(kRowsHi), buffer(kRowsLo));
     kt_ = pack_kt_terms(products_, k, kn, keys_pad_, d_, buffer(kKt), buffer(kKtLo));
     if (!kv_pass) k_packed_ = pack_v_terms(products_, k, kn, keys_pad_, d_, buffer(kKPacked), buffer(kKPackedLo));
-    const Bf16Terms v = terms(row_u16(p_.v, b, row, kv_head), p_.v.row_stride, kn, buffer(kRowsHi), buffer(kRowsLo));
+    const Bf16Terms v = rows_terms(p_.v, b, row, kv_head, kn, buffer(kRowsHi), buffer(kRowsLo));
     vt_ = pack_kt_terms(products_, v, kn, keys_pad_, d_, buffer(kVt), buffer(kVtLo));
   }
 
@@ -245,17 +241,8 @@ class Bf16BackwardProducts {
     return Scratch({q, q, q, q, b, b, b, sc, sc, fq, fq, fq, fq, fq, fq, fb, fb, fb, fb, fb});
   }
   uint16_t* buffer(Buffer b) const { return scratch_.u16(b); }
-  Bf16Terms terms(const uint16_t* rows, int64_t ld, int64_t count, uint16_t* hi, uint16_t* lo) const {
-    return bf16_terms(products_, fp16_, rows, ld, count, d_, hi, lo);
-  }
 
-  const Problem& p_;
-  const int64_t d_;
-  const int64_t bc_;
   const int64_t max_stacked_;
-  const bool fp16_;
-  const Bf16Products products_;
-  Bf16TileScope tiles_;
   Scratch scratch_;
   int64_t rows_pad_ = 0, keys_pad_ = 0;
   Bf16Terms q_, dout_, q_packed_, dout_packed_, kt_, vt_, k_packed_;  // operands of the tile and the block

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/softmax_online.h"
+#include "cpu/bf16_operands.h"
 #include "cpu/bf16_tiles.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/row_ops.h"
@@ -77,15 +78,10 @@ class Fp32Products {
 // padded P V terms vanish (each row of the products depends on its own row only, so the padding could not
 // reach a real row anyway; zeros keep it finite). Needs head_dim % 32 == 0 and a block of a multiple of 32
 // keys.
-class Bf16TileProducts {
+class Bf16TileProducts : Bf16Operands {
  public:
   Bf16TileProducts(const Problem& p, int64_t max_stacked, int64_t bc, Bf16Products products)
-      : p_(p),
-        d_(p.head_dim),
-        bc_(bc),
-        fp16_(p.dtype == DType::kFloat16),
-        products_(products),
-        tiles_(products),
+      : Bf16Operands(p, bc, products),
         scratch_({Scratch::halves(max_stacked * d_), Scratch::halves(bc * d_), Scratch::halves(bc * d_),
                   Scratch::halves(max_stacked * bc), Scratch::halves(max_stacked * bc),
                   // the terms of fp16 inputs
@@ -136,11 +132,9 @@ class Bf16TileProducts {
   void load_kv(const QueryTile& tile, int64_t k_offset, int64_t k0, int64_t kn) {
     keys_pad_ = round_up_to_tile(kn);
     const int64_t row = k_offset + k0;
-    const Bf16Terms k =
-        terms(row_u16(p_.k, tile.batch, row, tile.kv_head), p_.k.row_stride, kn, buffer(kRowsHi), buffer(kRowsLo));
+    const Bf16Terms k = rows_terms(p_.k, tile.batch, row, tile.kv_head, kn, buffer(kRowsHi), buffer(kRowsLo));
     kt_ = pack_kt_terms(products_, k, kn, keys_pad_, d_, buffer(kK), buffer(kKLo));
-    const Bf16Terms v =
-        terms(row_u16(p_.v, tile.batch, row, tile.kv_head), p_.v.row_stride, kn, buffer(kRowsHi), buffer(kRowsLo));
+    const Bf16Terms v = rows_terms(p_.v, tile.batch, row, tile.kv_head, kn, buffer(kRowsHi), buffer(kRowsLo));
     v_ = pack_v_terms(products_, v, kn, keys_pad_, d_, buffer(kV), buffer(kVLo));
   }
 
@@ -178,16 +172,7 @@ class Bf16TileProducts {
     kRowsLo,  //
   };
   uint16_t* buffer(Buffer b) const { return scratch_.u16(b); }
-  Bf16Terms terms(const uint16_t* rows, int64_t ld, int64_t count, uint16_t* hi, uint16_t* lo) const {
-    return bf16_terms(products_, fp16_, rows, ld, count, d_, hi, lo);
-  }
 
-  const Problem& p_;
-  const int64_t d_;
-  const int64_t bc_;
-  const bool fp16_;
-  const Bf16Products products_;
-  Bf16TileScope tiles_;
   Scratch scratch_;
   int64_t rows_pad_ = 0;
   int64_t keys_pad_ = 0;
