@@ -109,10 +109,7 @@ class Fp32BackwardProducts {
 
   // One row's P = 2^(s * scale - shift) over s and dS = P (dP - delta) over ds, n columns.
   void probs_and_ds(float* s, float* ds, int64_t n, float scale, float shift, float delta) const {
-    if (scale == 1.0f)
-      exp2_shift(s, n, shift);
-    else
-      exp2_scale_shift(s, n, scale, shift);
+    exp2_scale_shift(s, n, scale, shift);
     for (int64_t c = 0; c < n; ++c) ds[c] = s[c] * (ds[c] - delta);
   }
 

@@ -183,6 +183,8 @@ FLASHATTN_ROW_CLONES float exp2_shift_sum(float* x, int64_t n, float shift) {
 }
 
 FLASHATTN_ROW_CLONES float exp2_scale_shift_sum(float* x, int64_t n, float scale, float shift) {
+  // A scale of 1 changes no bit: the loop without the multiply.
+  if (scale == 1.0f) return exp2_sum_loop</*kScaled=*/false>(x, n, 1.0f, shift);
   return exp2_sum_loop</*kScaled=*/true>(x, n, scale, shift);
 }
 
@@ -208,7 +210,10 @@ FLASHATTN_ROW_CLONES void exp2_shift(float* x, int64_t n, float shift) {
 }
 
 FLASHATTN_ROW_CLONES void exp2_scale_shift(float* x, int64_t n, float scale, float shift) {
-  exp2_loop</*kScaled=*/true>(x, n, scale, shift);
+  if (scale == 1.0f)
+    exp2_loop</*kScaled=*/false>(x, n, 1.0f, shift);
+  else
+    exp2_loop</*kScaled=*/true>(x, n, scale, shift);
 }
 
 const char* row_ops_variant() {

@@ -54,7 +54,7 @@ float row_max(const float* x, int64_t n);
 // x[i] = 2^(x[i] - shift); returns the sum of the new values (in a fixed order).
 float exp2_shift_sum(float* x, int64_t n, float shift);
 // x[i] = 2^(x[i] * scale - shift), the product rounded to fp32 first: the bits that scaling x in place and
-// then calling exp2_shift_sum would give, without the extra pass.
+// then calling exp2_shift_sum would give, without the extra pass (and exp2_shift_sum's loop for a scale of 1).
 float exp2_scale_shift_sum(float* x, int64_t n, float scale, float shift);
 // x[i] = 2^(x[i] - shift), no sum (backward: the shift is the saved log-sum-exp).
 void exp2_shift(float* x, int64_t n, float shift);

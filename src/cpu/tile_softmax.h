@@ -24,9 +24,7 @@ class ProbabilitiesInPlace {
     float* srow = s_ + r * lds_;
     fill_row(srow, cols.begin, 0.0f);
     fill_row(srow + cols.end, kn_ - cols.end, 0.0f);
-    float* vis = srow + cols.begin;
-    const int64_t n = cols.end - cols.begin;
-    return scale == 1.0f ? exp2_shift_sum(vis, n, shift) : exp2_scale_shift_sum(vis, n, scale, shift);
+    return exp2_scale_shift_sum(srow + cols.begin, cols.end - cols.begin, scale, shift);
   }
 
  private:
