@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device call for this folder (trees made beforehand, carried: .ab/base, .ab/pf):
-#   bash scripts/ab_trees.sh .ab base pf=bench/results/h200-20261205-decode-prefetch/prefetch.patch+bench/results/h200-20261205-decode-prefetch/prefetch-knob.patch
-#   then on the GPU machine: bash bench/results/h200-20261205-decode-prefetch/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base pf=bench/results/h100-20261205-decode-prefetch/prefetch.patch+bench/results/h100-20261205-decode-prefetch/prefetch-knob.patch
+#   then on the GPU machine: bash bench/results/h100-20261205-decode-prefetch/run.sh $OUT
 # The decode A/B (scripts/fa3_ab.sh, FA3_AB_BENCH=decode) with the decode GPU tests on pf, then the prefetch
 # count swept through FLASHATTN_DECODE_PREFETCH on pf's CLI beside base's, alternating order, two passes.
 set -uo pipefail

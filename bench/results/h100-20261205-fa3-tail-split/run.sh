@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device call for this folder (trees made beforehand, carried: .ab/base, .ab/split):
-#   bash scripts/ab_trees.sh .ab base split=bench/results/h200-20261205-fa3-tail-split/tail-split.patch
-#   then on the GPU machine: bash bench/results/h200-20261205-fa3-tail-split/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base split=bench/results/h100-20261205-fa3-tail-split/tail-split.patch
+#   then on the GPU machine: bash bench/results/h100-20261205-fa3-tail-split/run.sh $OUT
 # The fa3 sweep A/B with the fa3 GPU tests on `split` (scripts/fa3_ab.sh), then the last-wave probe on both
 # trees' builds (waves.sh).
 set -uo pipefail

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call for two prepared experiments (trees made beforehand, carried: .ab/base, .ab/pf, .ab/split):
-#   bash scripts/ab_trees.sh .ab base split=bench/results/h200-20261205-fa3-tail-split/tail-split.patch \
-#     pf=bench/results/h200-20261205-decode-prefetch/prefetch.patch+bench/results/h200-20261205-decode-prefetch/prefetch-knob.patch
-#   then on the GPU machine: bash bench/results/h200-20261205-decode-prefetch/run-both.sh $OUT
+#   bash scripts/ab_trees.sh .ab base split=bench/results/h100-20261205-fa3-tail-split/tail-split.patch \
+#     pf=bench/results/h100-20261205-decode-prefetch/prefetch.patch+bench/results/h100-20261205-decode-prefetch/prefetch-knob.patch
+#   then on the GPU machine: bash bench/results/h100-20261205-decode-prefetch/run-both.sh $OUT
 # 1. the decode A/B base against pf (fa3_ab.sh, FA3_AB_BENCH=decode, two passes, cuDNN), no tests;
 # 2. the prefetch count through FLASHATTN_DECODE_PREFETCH on pf's CLI beside base's, one pass;
 # 3. the fa3 sweep A/B base against split with the fa3 GPU tests on split (fa3_ab.sh, two passes);
@@ -12,7 +12,7 @@
 set -uo pipefail
 OUT=$1
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-SPLIT=$HERE/../h200-20261205-fa3-tail-split
+SPLIT=$HERE/../h100-20261205-fa3-tail-split
 X=$(mktemp -d)
 t0=$(date +%s)
 left() { echo $(( ${LIMIT:-570} - ($(date +%s) - t0) )); }
