@@ -69,6 +69,12 @@ __device__ __forceinline__ void grid_dependents_may_launch() {
 #endif
 }
 
+// Asks L2 to fetch the 128-byte line holding `gmem` (a hint: no register or shared memory receives data, and
+// L2 is where every SM's writes meet, so a later load still sees the newest value of the line).
+__device__ __forceinline__ void prefetch_l2(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(gmem));
+}
+
 // ldmatrix: each lane supplies one 16-byte row address; x4 loads four 8x8 b16 matrices.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

@@ -27,6 +27,12 @@ constexpr int kMaxSplits = 128;    // equals flashattn::kMaxKVSplits (static_ass
 // K/V bytes each CTA keeps in flight at least: with one or two CTAs per SM, tens of KB per SM are what
 // covers HBM latency at full bandwidth (Little's law: ~4 TB/s x ~1 us over 132 SMs).
 constexpr int kMinBytesInFlight = 32 * 1024;
+// K/V blocks per warp that a kernel launched behind another (programmatic dependent launch) asks L2 for
+// before it may read memory, so that HBM streams this call's first blocks while the kernel ahead finishes
+// (decode_kernel.cuh, prefetch_first_blocks). Measured on an H100 with decode calls back to back: 1 block
+// saved 0.9-1.5 us a call on every benchmark shape, 2 and 4 no more, 8 (67 MB over the grid) lost 2-4%
+// (docs/kvcache.md).
+constexpr int kDecodePrefetchBlocks = 1;
 
 // Per head dim: kWarps warps with kStages ring buffers each. Every warp keeps (kStages - 1) blocks of K
 // and V in flight, kBytesInFlight per CTA; decode_hd*.cu pick the numbers per head dim so that an SM holds
@@ -69,6 +75,8 @@ struct DecodeConfig {
   static constexpr int kSmemBytes = kLookupOffset + kLookupBytes;
   // K/V bytes (padding excluded) one CTA keeps in flight: kStages - 1 blocks of K and V per warp.
   static constexpr int kBytesInFlight = kWarps * (kStages - 1) * 2 * kKeysPerBlock * kHeadDim * kElemBytes;
+  // Blocks per warp asked of L2 before the wait for the kernel ahead (DecodeParams::prefetch_blocks).
+  static constexpr int kPrefetchBlocks = kDecodePrefetchBlocks;
 
   static_assert(kHeadDim % kMmaK == 0, "head_dim must be a multiple of the mma k depth (16)");
   static_assert(kDTiles % 2 == 0, "ldmatrix.x4.trans loads V fragments for two n8 tiles at a time");
@@ -123,6 +131,9 @@ struct DecodeParams {
 
   int num_splits;       // gridDim.x: the most splits any tile uses
   int min_split_keys;   // > 0: a tile uses at most (its keys / min_split_keys) splits (the heuristic)
+  // Launched with programmatic dependent launch: each warp asks L2 for its first prefetch_blocks K/V blocks
+  // before it waits for the kernel ahead of it (decode_kernel.cuh, prefetch_first_blocks); 0: none.
+  int prefetch_blocks;
 
   // Workspace (only when num_splits > 1): per tile and split, kRowsPerTile partial rows of the kernel's
   // (padded) head dim in fp32 and their LSEs, and one arrival ticket per tile (zero at rest).

@@ -214,7 +214,9 @@ Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
   if (p.seqlen_q > 0) {
     const dim3 grid(unsigned(splits), unsigned(p.heads_kv * row_tiles(p)), unsigned(p.batch));
     // sm90+: programmatic dependent launch (the kernel waits for the append or whatever ran before it).
-    s = k.launch(p.dtype, params, grid, ctx.stream, /*pdl=*/ctx.cc_major >= kMinPdlComputeCapability);
+    const bool pdl = ctx.cc_major >= kMinPdlComputeCapability;
+    params.prefetch_blocks = pdl ? k.prefetch_blocks : 0;
+    s = k.launch(p.dtype, params, grid, ctx.stream, pdl);
     if (!s.ok()) return s;
   }
   s = own_tickets.release();

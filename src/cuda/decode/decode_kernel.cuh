@@ -336,6 +336,66 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* smem,
   }
 }
 
+// What one CTA works on: its tile, its rows, and the block range of its split.
+struct CtaWork {
+  int split, kv_head, m_tile, batch, tile, row_first, rows, len_k;
+  core::MaskSpec mask;
+  TilePlan plan;
+  int block_begin, block_end;  // this split's blocks (empty past plan.splits)
+};
+
+// Reads cache_seqlens[batch] (through the limits), so before grid_dependency_wait() it is only a guess.
+__device__ __forceinline__ CtaWork cta_work(const DecodeParams& p) {
+  CtaWork w;
+  w.split = blockIdx.x;
+  w.kv_head = blockIdx.y / p.m_tiles;
+  w.m_tile = blockIdx.y % p.m_tiles;
+  w.batch = blockIdx.z;
+  w.tile = (w.batch * p.heads_kv + w.kv_head) * p.m_tiles + w.m_tile;
+  w.row_first = w.m_tile * kRowsPerTile;
+  w.rows = min(kRowsPerTile, p.rows - w.row_first);
+  w.len_k = p.limits.cached(p.cache_seqlens, w.batch) + p.seqlen_new;
+  w.mask = core::MaskSpec::make(p.seqlen_q, w.len_k, p.causal, p.window_left, p.window_right);
+  w.plan = plan_tile(p, w.mask, w.row_first, w.row_first + w.rows - 1);
+  w.block_begin = w.plan.first_block + w.split * w.plan.blocks_per_split;
+  w.block_end = min(w.plan.first_block + w.plan.blocks, w.block_begin + w.plan.blocks_per_split);
+  return w;
+}
+
+// Before the wait for the kernel ahead on the stream (programmatic dependent launch): each warp asks L2 for the
+// K and V rows of its first p.prefetch_blocks blocks, so that HBM works for this call while the previous one
+// finishes (its merge, its last CTAs). Nothing read here feeds the result: the work and the page of each row
+// come from cache_seqlens and the block table as they are now, which the kernel ahead may still be writing, so
+// they are guesses, clamped into the caches (IndexLimits); the copies after the wait read everything again,
+// and a line fetched early is still current, since every write lands in L2. A wrong guess costs only bandwidth.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void prefetch_first_blocks(const DecodeParams& p) {
+  const CtaWork w = cta_work(p);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  // Lanes 0-15 take the K row of key `lane` of each block, lanes 16-31 its V row.
+  const bool is_v = lane >= kKeysPerBlock;
+  const CacheParams& cache = is_v ? p.v_cache : p.k_cache;
+  const bool paged = p.block_table != nullptr;
+  const T* base = static_cast<const T*>(cache.ptr) + w.kv_head * cache.head_stride +
+                  (paged ? 0 : w.batch * cache.outer_stride);
+  const int32_t* table = paged ? p.block_table + w.batch * p.block_table_row_stride : nullptr;
+  constexpr int kLineBytes = 128;
+  const int row_bytes = p.head_dim * kElemBytes;
+  for (int j = 0; j < p.prefetch_blocks; ++j) {
+    const int block = w.block_begin + warp + j * Cfg::kWarps;
+    const int key = block * kKeysPerBlock + lane % kKeysPerBlock;
+    if (block >= w.block_end || key >= w.len_k) break;
+    const int64_t off = paged ? int64_t(p.limits.page(table[key / p.page_size])) * cache.outer_stride +
+                                    int64_t(key % p.page_size) * cache.row_stride
+                              : int64_t(key) * cache.row_stride;
+    const char* row = reinterpret_cast<const char*>(base + off);
+    // Every 128-byte line the row touches (rows are 16-byte aligned, not line aligned).
+    const uintptr_t end = reinterpret_cast<uintptr_t>(row) + row_bytes;
+    for (uintptr_t a = reinterpret_cast<uintptr_t>(row) & ~uintptr_t(kLineBytes - 1); a < end; a += kLineBytes)
+      prefetch_l2(reinterpret_cast<const void*>(a));
+  }
+}
+
 template <typename Cfg, typename T>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_splitkv_kernel(const DecodeParams p) {
   constexpr int kStages = Cfg::kStages;
@@ -347,22 +407,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
   __shared__ int s_last;        // this CTA is the tile's last to arrive
   // Launched with programmatic stream serialization on sm90 (decode_launch.cuh): the kernel before this one
   // on the stream (the append, a previous call, the caller's own work) may still be running. Nothing below
-  // reads or writes global memory before it has completed.
+  // reads or writes global memory before it has completed; only L2 prefetches (guesses) come before.
+  if (p.prefetch_blocks > 0) prefetch_first_blocks<Cfg, T>(p);
   grid_dependency_wait();
 
-  const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / p.m_tiles;
-  const int m_tile = blockIdx.y % p.m_tiles;
-  const int batch = blockIdx.z;
-  const int tile = (batch * p.heads_kv + kv_head) * p.m_tiles + m_tile;
-  const int row_first = m_tile * kRowsPerTile;
-  const int rows = min(kRowsPerTile, p.rows - row_first);
-  const int len_k = p.limits.cached(p.cache_seqlens, batch) + p.seqlen_new;
-  const core::MaskSpec mask = core::MaskSpec::make(p.seqlen_q, len_k, p.causal, p.window_left, p.window_right);
-  const TilePlan plan = plan_tile(p, mask, row_first, row_first + rows - 1);
+  const CtaWork work = cta_work(p);
+  const int split = work.split, kv_head = work.kv_head, batch = work.batch, tile = work.tile;
+  const int row_first = work.row_first, rows = work.rows, len_k = work.len_k;
+  const core::MaskSpec mask = work.mask;
+  const TilePlan plan = work.plan;
   if (split >= plan.splits) return;  // this tile needs fewer splits than the grid has (uniform per CTA)
-  const int block_begin = plan.first_block + split * plan.blocks_per_split;
-  const int block_end = min(plan.first_block + plan.blocks, block_begin + plan.blocks_per_split);
+  const int block_begin = work.block_begin, block_end = work.block_end;
 
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize, lane = tid % kWarpSize;
