@@ -28,11 +28,21 @@ KERNEL = os.path.join(ROOT, "src", "cuda", "decode", "decode_kernel.cuh")
 LAB = os.path.join(ROOT, "bench", "decode_lab", "decode_lab.cu")
 HEURISTIC = os.path.join(ROOT, "src", "cuda", "decode", "decode_heuristic.cpp")  # the split rule the lab uses
 
+# The first statement after the kernel's wait for the kernel ahead, where the start probe goes: since
+# a4e56a1 the CTA's work comes from cta_work(); older kernels (--kernel) compute it in line.
+START_ANCHORS = ("  const CtaWork work = cta_work(p);\n", "  const int split = blockIdx.x;\n")
+
+
+def start_probe(text):
+    """The (anchor, replacement) of the start probe for this kernel source: the first of START_ANCHORS that
+    occurs in it (probed_kernel_source then requires it exactly once)."""
+    anchor = next((a for a in START_ANCHORS if a in text), START_ANCHORS[0])
+    return anchor, "  const unsigned long long probe_t0 = lab_gtime();\n" + anchor
+
+
 # (anchor in the kernel source, text that replaces it): each anchor must occur exactly once.
 PROBES = (
     ("#pragma once\n", "#pragma once\n#include \"probe.cuh\"\n"),
-    ("  const int split = blockIdx.x;\n",
-     "  const unsigned long long probe_t0 = lab_gtime();\n  const int split = blockIdx.x;\n"),
     ("  __syncthreads();  // every warp is done with its ring\n",
      "  __syncthreads();  // every warp is done with its ring\n  const unsigned long long probe_t1 = lab_gtime();\n"),
     ("  if (direct) return;\n", "  lab_probe(probe_t0, probe_t1);\n  if (direct) return;\n"),
@@ -45,7 +55,7 @@ MERGE_CALL = "  merge_splits<Cfg, T>("
 def probed_kernel_source(text):
     """The kernel source with the lab's probes inserted; raises ValueError naming an anchor that is missing
     or ambiguous (the kernel changed under the lab)."""
-    for anchor, replacement in PROBES:
+    for anchor, replacement in (PROBES[0], start_probe(text)) + PROBES[1:]:
         n = text.count(anchor)
         if n != 1:
             raise ValueError(f"decode_lab: expected one {anchor.strip()!r} in the kernel, found {n}")

@@ -282,6 +282,16 @@ def test_decode_lab_probes_the_librarys_kernel():
     assert len(probed.splitlines()) == len(source.splitlines()) + 5
 
 
+def test_decode_lab_probes_the_start_of_an_older_kernel_too():
+    # Before a4e56a1 the kernel computed its work in line after the wait; --kernel may name such a version.
+    with open(decode_lab.KERNEL) as f:
+        source = f.read()
+    assert source.count(decode_lab.START_ANCHORS[0]) == 1
+    older = source.replace(decode_lab.START_ANCHORS[0], decode_lab.START_ANCHORS[1])
+    probed = decode_lab.probed_kernel_source(older)
+    assert probed.count("probe_t0 = lab_gtime();\n" + decode_lab.START_ANCHORS[1]) == 1
+
+
 def test_decode_lab_refuses_a_kernel_without_an_anchor():
     with open(decode_lab.KERNEL) as f:
         source = f.read().replace("  if (direct) return;\n", "")
