@@ -4,7 +4,8 @@
 #     idle=bench/results/h200-20261205-fa3-idle-rows/idle-rows.patch
 #   then on the GPU machine: bash bench/results/h200-20261205-fa3-idle-rows/run.sh $OUT
 # The fa3 sweep A/B of the three trees (two passes, cuDNN once) with the fa3 GPU tests on idle (built with the
-# mbarrier watchdog), then the fa3 GPU tests of split16, then idle's partial-tile tests repeated (about 520 s on an H100; the split16 folder's run.sh measures it alone, three passes).
+# mbarrier watchdog), then the fa3 GPU tests of split16, then idle's partial-tile tests repeated (about 520 s
+# on an H100; the split16 folder's run.sh measures the tail split alone, three passes).
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
