@@ -75,8 +75,6 @@ struct DecodeConfig {
   static constexpr int kSmemBytes = kLookupOffset + kLookupBytes;
   // K/V bytes (padding excluded) one CTA keeps in flight: kStages - 1 blocks of K and V per warp.
   static constexpr int kBytesInFlight = kWarps * (kStages - 1) * 2 * kKeysPerBlock * kHeadDim * kElemBytes;
-  // Blocks per warp asked of L2 before the wait for the kernel ahead (DecodeParams::prefetch_blocks).
-  static constexpr int kPrefetchBlocks = kDecodePrefetchBlocks;
 
   static_assert(kHeadDim % kMmaK == 0, "head_dim must be a multiple of the mma k depth (16)");
   static_assert(kDTiles % 2 == 0, "ldmatrix.x4.trans loads V fragments for two n8 tiles at a time");

@@ -215,7 +215,7 @@ Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
     const dim3 grid(unsigned(splits), unsigned(p.heads_kv * row_tiles(p)), unsigned(p.batch));
     // sm90+: programmatic dependent launch (the kernel waits for the append or whatever ran before it).
     const bool pdl = ctx.cc_major >= kMinPdlComputeCapability;
-    params.prefetch_blocks = pdl ? k.prefetch_blocks : 0;
+    params.prefetch_blocks = pdl ? decode::kDecodePrefetchBlocks : 0;
     s = k.launch(p.dtype, params, grid, ctx.stream, pdl);
     if (!s.ok()) return s;
   }

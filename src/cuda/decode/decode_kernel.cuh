@@ -338,7 +338,7 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* smem,
 
 // What one CTA works on: its tile, its rows, and the block range of its split.
 struct CtaWork {
-  int split, kv_head, m_tile, batch, tile, row_first, rows, len_k;
+  int split, kv_head, batch, tile, row_first, rows, len_k;
   core::MaskSpec mask;
   TilePlan plan;
   int block_begin, block_end;  // this split's blocks (empty past plan.splits)
@@ -349,10 +349,10 @@ __device__ __forceinline__ CtaWork cta_work(const DecodeParams& p) {
   CtaWork w;
   w.split = blockIdx.x;
   w.kv_head = blockIdx.y / p.m_tiles;
-  w.m_tile = blockIdx.y % p.m_tiles;
+  const int m_tile = blockIdx.y % p.m_tiles;
   w.batch = blockIdx.z;
-  w.tile = (w.batch * p.heads_kv + w.kv_head) * p.m_tiles + w.m_tile;
-  w.row_first = w.m_tile * kRowsPerTile;
+  w.tile = (w.batch * p.heads_kv + w.kv_head) * p.m_tiles + m_tile;
+  w.row_first = m_tile * kRowsPerTile;
   w.rows = min(kRowsPerTile, p.rows - w.row_first);
   w.len_k = p.limits.cached(p.cache_seqlens, w.batch) + p.seqlen_new;
   w.mask = core::MaskSpec::make(p.seqlen_q, w.len_k, p.causal, p.window_left, p.window_right);

@@ -14,7 +14,6 @@ struct DecodeKernel {
   int smem_bytes = 0;
   int warps = 0;
   int planned_ctas_per_sm = 0;  // the CTAs per SM its launch bounds and shared memory are sized for
-  int prefetch_blocks = 0;      // K/V blocks per warp asked of L2 before the wait (launches with pdl only)
   // Opts the kernel into its shared memory and reports how many CTAs fit on one SM.
   Status (*prepare)(DType dtype, int* ctas_per_sm) = nullptr;
   // pdl: launch with programmatic stream serialization (sm90+), so that the kernel's launch overlaps the

@@ -56,7 +56,6 @@ DecodeKernel make_kernel() {
   k.smem_bytes = Cfg::kSmemBytes;
   k.warps = Cfg::kWarps;
   k.planned_ctas_per_sm = Cfg::kMinBlocksPerSm;
-  k.prefetch_blocks = Cfg::kPrefetchBlocks;
   k.prepare = &prepare<Cfg>;
   k.launch = &launch<Cfg>;
   return k;
