@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device call for this folder (trees made beforehand, carried: .ab/base, .ab/split16):
-#   bash scripts/ab_trees.sh .ab base split16=bench/results/h200-20261205-fa3-tail-split16/tail-split16.patch
-#   then on the GPU machine: bash bench/results/h200-20261205-fa3-tail-split16/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base split16=bench/results/h100-20261205-fa3-tail-split16/tail-split16.patch
+#   then on the GPU machine: bash bench/results/h100-20261205-fa3-tail-split16/run.sh $OUT
 # The fa3 sweep A/B, three passes, with the fa3 GPU tests on split16 (about 350 s on an H100).
 set -uo pipefail
 OUT=$1

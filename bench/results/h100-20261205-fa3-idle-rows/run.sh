@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call for the two prepared fa3 changes (trees made beforehand, carried: .ab/base, .ab/split16, .ab/idle):
-#   bash scripts/ab_trees.sh .ab base split16=bench/results/h200-20261205-fa3-tail-split16/tail-split16.patch \
-#     idle=bench/results/h200-20261205-fa3-idle-rows/idle-rows.patch
-#   then on the GPU machine: bash bench/results/h200-20261205-fa3-idle-rows/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base split16=bench/results/h100-20261205-fa3-tail-split16/tail-split16.patch \
+#     idle=bench/results/h100-20261205-fa3-idle-rows/idle-rows.patch
+#   then on the GPU machine: bash bench/results/h100-20261205-fa3-idle-rows/run.sh $OUT
 # The fa3 sweep A/B of the three trees (two passes, cuDNN once) with the fa3 GPU tests on idle (built with the
 # mbarrier watchdog), then the fa3 GPU tests of split16, then idle's partial-tile tests repeated (about 520 s
 # on an H100; the split16 folder's run.sh measures the tail split alone, three passes).
