@@ -39,6 +39,12 @@ struct Fa3Config {
   // variants keep one buffer and the epilogue right after the last P V.
   static constexpr int kQBuffers = kWarpSpecialized && kIntraOverlap && !kAblation && kHeadDim != 256 ? 2 : 1;
   static constexpr bool kDeferEpilogue = kQBuffers == 2;
+  // A consumer warpgroup whose 64 rows of a tile all lie past the end of the sequence (the last tile of a
+  // length that is not a multiple of kBlockM) issues no GEMMs for it: it keeps pace with the K/V ring and
+  // the ping-pong turns only (Consumer::idle_tile). Only on three consumers (192-row tiles, where whole
+  // padded warpgroups are common: 1024 rows end in a tile of 64); on two, compiling it in slowed kernels
+  // that never take it (bench/results/h100-20261205-fa3-idle-rows/). Not in the ablation's variants.
+  static constexpr bool kIdleRows = kWarpSpecialized && !kAblation && kConsumerWarpgroups == 3;
 
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;

@@ -533,6 +533,63 @@ struct Consumer {
     if constexpr (Cfg::kIntraOverlap) pv_now(st, w, idx, iter);
   }
 
+  // A tile in which this warpgroup has no rows (Cfg::kIdleRows): every step of first_block, block and drain
+  // without the GEMMs and the softmax, the previous tile's deferred epilogue (`pending`, `prev`) after the
+  // first turn, as first_block runs it. Each turn is taken and passed where the working consumers take
+  // theirs, so the rotation stays in step. Each K and V stage is waited for by all four warps before it is
+  // released: the warpgroup must never arrive on a stage's empty barrier while one of its warps has yet to
+  // pass the wait on that stage's full barrier, or the producer could refill the stage and the late warp
+  // then wait on a parity that comes round again only a whole ring later (in the working path the wgmma
+  // keeps the warps together; here sync_warpgroup does, as for a tile without keys). The caller has waited
+  // for the tile's Q buffer and releases it after.
+  __device__ void idle_tile(ConsumerState<Cfg>& st, const TileWork& w, int base, bool pending,
+                            const TileEnd<T>& prev) {
+    const int blocks = w.blocks();
+    auto idle_turn = [&] {
+      take_turn<Cfg>(wg);
+      pass_turn<Cfg>(wg);
+    };
+    wait_k(base);  // first_block: Q K^T
+    idle_turn();
+    if constexpr (Cfg::kDeferEpilogue) {
+      if (pending) epilogue(st, prev);
+    }
+    sync_warpgroup();
+    release_k(base);
+    if constexpr (!Cfg::kIntraOverlap) {
+      wait_v(base);  // and its P V at once
+      idle_turn();
+      sync_warpgroup();
+      release_v(base);
+    }
+    for (int idx = 1; idx < blocks; ++idx) {
+      const int iter = base + idx;
+      if constexpr (Cfg::kIntraOverlap) {  // Q K^T of this block and P V of the previous one in one turn
+        wait_k(iter);
+        wait_v(iter - 1);
+        idle_turn();
+        sync_warpgroup();
+        release_k(iter);
+        release_v(iter - 1);
+      } else {
+        wait_k(iter);
+        idle_turn();
+        sync_warpgroup();
+        release_k(iter);
+        wait_v(iter);
+        idle_turn();
+        sync_warpgroup();
+        release_v(iter);
+      }
+    }
+    if constexpr (Cfg::kIntraOverlap) {  // drain: the last P V
+      wait_v(base + blocks - 1);
+      idle_turn();
+      sync_warpgroup();
+      release_v(base + blocks - 1);
+    }
+  }
+
   // Row 0 of the sequence of the tile's (batch, head) in out and in lse (nullptr: lse not requested); row r
   // is r row strides further. Computed once per tile: the offsets of a varlen batch are loads.
   __device__ T* out_rows(const TileWork& w) const {
@@ -677,6 +734,19 @@ struct Consumer {
         sm90::mbar_wait(&sm.q_full[qbuf], q_phase<Cfg>(t));
         if (w.valid) write_empty_rows(w);
         sync_warpgroup();  // every warp has passed the wait above before the buffer is released (release_q)
+        release_q();
+        continue;
+      }
+      // (Broadcast from lane 0: the same for the whole warpgroup, and ptxas must see it warp-uniform, or it
+      // serializes every wgmma of the kernel, C7518.)
+      if (Cfg::kIdleRows && __shfl_sync(0xffffffffu, int(w.row_begin + wg * Cfg::kRowsPerWarpgroup >= w.len_q), 0)) {
+        // No rows of this warpgroup in the tile: nothing to compute or write (the previous tile's deferred
+        // epilogue still runs, inside idle_tile). The warps have met (idle_tile ends on sync_warpgroup)
+        // before the Q buffer is released, as for a tile without keys.
+        sm90::mbar_wait(&sm.q_full[qbuf], q_phase<Cfg>(t));
+        idle_tile(st, w, kv_iter, pending, prev);
+        pending = false;
+        kv_iter += w.blocks();
         release_q();
         continue;
       }
