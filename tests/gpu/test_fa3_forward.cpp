@@ -1,10 +1,11 @@
-// What only the Hopper fa3 forward has, beyond the suite it shares with fa2 (test_forward_gpu.cpp):
-// small shapes for the sanitizers, bitwise-equal results over many runs of a multi-tile grid (a race
-// in the warp-specialized pipeline shows up as a run that differs), the tile order's L2 sections and the
-// work queue (several sections, the counter back at zero after every call, a call recorded into a CUDA
-// graph), the choice `auto` makes on a compute capability 9.0 device, and every ablation variant
-// (forward_fa3_ablation) against the float64 reference. Every GPU test skips with a message on a device that is not compute capability 9.0;
-// the section rule (Fa3Schedule) is host code and runs everywhere.
+// What only the Hopper fa3 forward has, beyond the suite it shares with fa2 (test_forward_gpu.cpp): small
+// shapes for the sanitizers, bitwise-equal results over many runs of a multi-tile grid (a race in the
+// warp-specialized pipeline shows up as a run that differs), the tile order's L2 sections and the work queue
+// (several sections, the counter back at zero after every call, a call recorded into a CUDA graph), the
+// masked leading key blocks a consumer warpgroup passes over, the choice `auto` makes on a compute capability
+// 9.0 device, and every ablation variant (forward_fa3_ablation) against the float64 reference. Every GPU test
+// skips with a message on a device that is not compute capability 9.0; the section rule (Fa3Schedule) is host
+// code and runs everywhere.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -250,6 +251,42 @@ TEST(Fa3Forward, HeadDim64TileRowsByShape) {
   varlen.lens_k = {1000, 64, 9, 1024};
   varlen.causal = true;
   fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd64_m128n128");
+}
+
+// Under a mask, a consumer warpgroup passes over the tile's first key blocks when none of its rows sees them
+// (Fa3Config::kLeadSkip: head dim 64 on 192-row tiles, head dim 256): causal squares, bottom-right alignment
+// both ways (rows that see no key at all, and rows that see more than the tile's diagonal), windows and a
+// varlen batch, every element against the reference.
+TEST(Fa3Forward, MaskedLeadBlocksPerWarpgroup) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  struct Shape {
+    DType dtype;
+    int64_t d, sq, sk;
+    bool causal;
+    int64_t window_left, window_right;
+    const char* kernel;
+  };
+  for (const Shape& v : {Shape{DType::kBFloat16, 64, 1500, 1500, true, -1, -1, "fa3_fwd_sm90_bf16_hd64_m192n128"},
+                         Shape{DType::kFloat16, 64, 1300, 900, true, -1, -1, "fa3_fwd_sm90_fp16_hd64_m192n128"},
+                         Shape{DType::kBFloat16, 64, 1100, 1700, true, -1, -1, "fa3_fwd_sm90_bf16_hd64_m192n128"},
+                         Shape{DType::kBFloat16, 64, 1200, 1200, false, 100, 50, "fa3_fwd_sm90_bf16_hd64_m192n128"},
+                         Shape{DType::kBFloat16, 256, 700, 700, true, -1, -1, "fa3_fwd_sm90_bf16_hd256"},
+                         Shape{DType::kFloat16, 256, 300, 1000, true, -1, -1, "fa3_fwd_sm90_fp16_hd256"},
+                         Shape{DType::kBFloat16, 256, 600, 250, true, -1, -1, "fa3_fwd_sm90_bf16_hd256"},
+                         Shape{DType::kFloat16, 256, 500, 500, false, -1, 30, "fa3_fwd_sm90_fp16_hd256"}}) {
+    Case c = fa3_case("lead-blocks", v.dtype, v.d, v.sq, v.sk);
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.causal = v.causal;
+    c.window_left = v.window_left;
+    c.window_right = v.window_right;
+    fat::check_forward_case(c, v.kernel);
+  }
+  Case varlen = fa3_case("lead-blocks-varlen", DType::kBFloat16, 256, 0, 0);
+  varlen.lens_q = {333, 70, 0, 129};
+  varlen.lens_k = {333, 500, 40, 64};
+  varlen.causal = true;
+  fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd256");
 }
 
 // A causal GQA shape with three L2 sections of unequal size (8, 8 and 4 query-head pairs: 16384 keys of

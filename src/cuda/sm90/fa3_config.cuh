@@ -47,6 +47,13 @@ struct Fa3Config {
   static constexpr bool kIdleRows = kWarpSpecialized && !kAblation && kConsumerWarpgroups == 3;
 
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)
+  // A consumer warpgroup passes over the tile's first key blocks (its last ones in key order) when none of its
+  // rows sees them (Consumer::lead_blocks, skip_lead): it keeps pace with the K/V ring and the turns as an
+  // idle warpgroup does. Under a causal mask the first warpgroup's rows end a block before the tile's
+  // wherever the other warpgroups' rows span a whole block: head dim 64 on 192-row tiles (128-key blocks)
+  // and head dim 256 (64-key blocks). Elsewhere no block can be skipped and the code is left out.
+  static constexpr bool kLeadSkip =
+      kWarpSpecialized && !kAblation && kRowsPerWarpgroup * (kConsumerWarpgroups - 1) >= kBlockN;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? sm90::kWarpgroupThreads : 0);
   // Register split after setmaxnreg: the producer warpgroup (load thread, scheduler thread) needs its

@@ -444,19 +444,23 @@ struct Consumer {
   // here, after this tile's first Q K^T is issued and before it is waited for, so the tensor cores work
   // under it (`pending`: there is such a tile; `prev`: where its rows go). Then O and the row statistics
   // start over.
+  //
+  // `idx` > 0 where the warpgroup has passed over the tile's first blocks (Cfg::kLeadSkip): its first block
+  // is then block idx of the tile.
   template <bool kMasked>
-  __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int iter,
-                              bool pending, const TileEnd<T>& prev) {
+  __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int idx,
+                              int iter, bool pending, const TileEnd<T>& prev) {
     qk_issue(st, iter);
     if constexpr (Cfg::kDeferEpilogue) {
       if (pending) epilogue(st, prev);
     }
     reset_state(st);
-    qk_complete(st, w, 0, iter);
+    qk_complete(st, w, idx, iter);
     float factor[2];
-    softmax_block<kMasked>(st, sp, (w.n_last - 1) * Cfg::kBlockN, quad(), factor);  // O is still 0: no rescale
+    // O is still 0: no rescale.
+    softmax_block<kMasked>(st, sp, (w.n_last - 1 - idx) * Cfg::kBlockN, quad(), factor);
     pack_p<Cfg, T>(st);
-    if constexpr (!Cfg::kIntraOverlap) pv_now(st, w, 0, iter);
+    if constexpr (!Cfg::kIntraOverlap) pv_now(st, w, idx, iter);
   }
 
   // Q K^T (or P V) of block `idx` on its own: wait for the operand, issue in turn, wait, release.
@@ -533,18 +537,17 @@ struct Consumer {
     if constexpr (Cfg::kIntraOverlap) pv_now(st, w, idx, iter);
   }
 
-  // A tile in which this warpgroup has no rows (Cfg::kIdleRows): every step of first_block, block and drain
-  // without the GEMMs and the softmax, the previous tile's deferred epilogue (`pending`, `prev`) after the
-  // first turn, as first_block runs it. Each turn is taken and passed where the working consumers take
-  // theirs, so the rotation stays in step. Each K and V stage is waited for by all four warps before it is
-  // released: the warpgroup must never arrive on a stage's empty barrier while one of its warps has yet to
-  // pass the wait on that stage's full barrier, or the producer could refill the stage and the late warp
-  // then wait on a parity that comes round again only a whole ring later (in the working path the wgmma
-  // keeps the warps together; here sync_warpgroup does, as for a tile without keys). The caller has waited
-  // for the tile's Q buffer and releases it after.
-  __device__ void idle_tile(ConsumerState<Cfg>& st, const TileWork& w, int base, bool pending,
-                            const TileEnd<T>& prev) {
-    const int blocks = w.blocks();
+  // Blocks [0, count) of a tile at ring positions base.. without GEMMs or softmax, for a warpgroup that has
+  // no rows in the tile (idle_tile) or none that sees those blocks' keys (Cfg::kLeadSkip): every step of
+  // first_block and block, the previous tile's deferred epilogue (`pending`, `prev`) after the first turn,
+  // as first_block runs it. Each turn is taken and passed where the working consumers take theirs, so the
+  // rotation stays in step. Each K and V stage is waited for by all four warps before it is released: the
+  // warpgroup must never arrive on a stage's empty barrier while one of its warps has yet to pass the wait on
+  // that stage's full barrier, or the producer could refill the stage and the late warp then wait on a parity
+  // that comes round again only a whole ring later (in the working path the wgmma keeps the warps together;
+  // here sync_warpgroup does, as for a tile without keys). Under intra-warpgroup overlap the V stage of block
+  // count - 1 is left to the caller (its P V belongs to the next turn).
+  __device__ void idle_blocks(ConsumerState<Cfg>& st, int base, int count, bool pending, const TileEnd<T>& prev) {
     auto idle_turn = [&] {
       take_turn<Cfg>(wg);
       pass_turn<Cfg>(wg);
@@ -562,7 +565,7 @@ struct Consumer {
       sync_warpgroup();
       release_v(base);
     }
-    for (int idx = 1; idx < blocks; ++idx) {
+    for (int idx = 1; idx < count; ++idx) {
       const int iter = base + idx;
       if constexpr (Cfg::kIntraOverlap) {  // Q K^T of this block and P V of the previous one in one turn
         wait_k(iter);
@@ -582,11 +585,40 @@ struct Consumer {
         release_v(iter);
       }
     }
+  }
+
+  // A tile in which this warpgroup has no rows (Cfg::kIdleRows): idle_blocks over all of its blocks and an
+  // idle drain (the last P V's turn). The caller has waited for the tile's Q buffer and releases it after.
+  __device__ void idle_tile(ConsumerState<Cfg>& st, const TileWork& w, int base, bool pending,
+                            const TileEnd<T>& prev) {
+    const int blocks = w.blocks();
+    idle_blocks(st, base, blocks, pending, prev);
     if constexpr (Cfg::kIntraOverlap) {  // drain: the last P V
       wait_v(base + blocks - 1);
-      idle_turn();
+      take_turn<Cfg>(wg);
+      pass_turn<Cfg>(wg);
       sync_warpgroup();
       release_v(base + blocks - 1);
+    }
+  }
+
+  // The tile's first blocks that no row of this warpgroup sees (Cfg::kLeadSkip), passed over as idle_blocks
+  // does; the V stage of the last of them is released here, its turn being first_block's. The warpgroup's
+  // rows see keys below key_end of its last row (key_end grows with the row), so blocks from
+  // ceil(key_end / kBlockN) on are masked for all of them; at least one block is left, so that a row that
+  // sees no key at all still goes through the softmax of a masked block. Warp-uniform by the broadcast.
+  __device__ int lead_blocks(const TileWork& w, const core::MaskSpec32& mask) const {
+    const int rows_end = min(w.row_begin + (wg + 1) * Cfg::kRowsPerWarpgroup, w.len_q);
+    const int own_last = (mask.key_end(rows_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+    const int lead = min(max(w.n_last - own_last, 0), w.blocks() - 1);
+    return __shfl_sync(0xffffffffu, lead, 0);
+  }
+  __device__ void skip_lead(ConsumerState<Cfg>& st, int base, int lead, bool pending, const TileEnd<T>& prev) {
+    idle_blocks(st, base, lead, pending, prev);
+    if constexpr (Cfg::kIntraOverlap) {
+      wait_v(base + lead - 1);
+      sync_warpgroup();
+      release_v(base + lead - 1);
     }
   }
 
@@ -794,12 +826,22 @@ struct Consumer {
 
       sm90::mbar_wait(&sm.q_full[qbuf], q_phase<Cfg>(t));
       const int base = kv_iter;
+      // Blocks at the tile's end that this warpgroup's rows do not see (Cfg::kLeadSkip): the first block is
+      // then always a masked one (a block every row of the tile sees leaves none to skip).
+      int lead = 0;
+      if constexpr (Cfg::kLeadSkip) {
+        lead = lead_blocks(w, mask);
+        if (lead > 0) {
+          skip_lead(st, base, lead, pending, prev);
+          pending = false;
+        }
+      }
       if (first_visible)
-        first_block<false>(st, sp, w, base, pending, prev);
+        first_block<false>(st, sp, w, lead, base + lead, pending, prev);
       else
-        first_block<true>(st, sp, w, base, pending, prev);
-      int idx = 1;
-      int n = w.n_last - 2;
+        first_block<true>(st, sp, w, lead, base + lead, pending, prev);
+      int idx = lead + 1;
+      int n = w.n_last - 2 - lead;
       for (; n >= vis_hi; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
       for (; n >= vis_lo; --n, ++idx) block<false>(st, sp, w, idx, base + idx);
       for (; n >= w.n_first; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
