@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device call (trees made beforehand, carried: .ab/base, .ab/lead):
-#   bash scripts/ab_trees.sh .ab base lead=bench/results/gpu-20261205-fa3-lead-skip/lead-skip.patch
-#   then on the GPU machine: bash bench/results/gpu-20261205-fa3-lead-skip/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base lead=bench/results/h200-20261205-fa3-lead-skip/lead-skip.patch
+#   then on the GPU machine: bash bench/results/h200-20261205-fa3-lead-skip/run.sh $OUT
 # The fa3 sweep A/B of base and lead (three passes, cuDNN once) with the fa3 GPU tests on lead (built with
 # the mbarrier watchdog, the new Fa3Forward.MaskedLeadBlocksPerWarpgroup among them), then the masked and
 # partial-tile tests repeated on that build while time allows.
