@@ -287,6 +287,21 @@ TEST(Fa3Forward, MaskedLeadBlocksPerWarpgroup) {
   varlen.lens_k = {333, 500, 40, 64};
   varlen.causal = true;
   fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd256");
+  // More tiles than SMs, so that CTAs take several: a skip then follows the previous tile's deferred
+  // epilogue (head dim 64) and starts at a ring position other than 0. 1060 rows end in a 100-row tile in
+  // which warpgroup 0 skips a block while warpgroup 2 has no rows.
+  Case many64 = fa3_case("lead-blocks-many-tiles", DType::kBFloat16, 64, 1060, 1060);
+  many64.batch = 2;
+  many64.heads_q = 16;
+  many64.heads_kv = 4;
+  many64.causal = true;
+  fat::check_forward_case(many64, "fa3_fwd_sm90_bf16_hd64_m192n128");
+  Case many256 = fa3_case("lead-blocks-many-tiles", DType::kFloat16, 256, 200, 200);
+  many256.batch = 8;
+  many256.heads_q = 32;
+  many256.heads_kv = 8;
+  many256.causal = true;
+  fat::check_forward_case(many256, "fa3_fwd_sm90_fp16_hd256");
 }
 
 // A causal GQA shape with three L2 sections of unequal size (8, 8 and 4 query-head pairs: 16384 keys of

@@ -51,7 +51,9 @@ struct Fa3Config {
   // rows sees them (Consumer::lead_blocks, skip_lead): it keeps pace with the K/V ring and the turns as an
   // idle warpgroup does. Under a causal mask the first warpgroup's rows end a block before the tile's
   // wherever the other warpgroups' rows span a whole block: head dim 64 on 192-row tiles (128-key blocks)
-  // and head dim 256 (64-key blocks). Elsewhere no block can be skipped and the code is left out.
+  // and head dim 256 (64-key blocks), at every shift seqlen_k - seqlen_q. Elsewhere (128-row tiles with
+  // 128-key blocks) a block can be skipped only for some shifts or right windows, and the code is left out
+  // so that those kernels stay as measured.
   static constexpr bool kLeadSkip =
       kWarpSpecialized && !kAblation && kRowsPerWarpgroup * (kConsumerWarpgroups - 1) >= kBlockN;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
