@@ -104,7 +104,10 @@ for f in "$RAW"/build-*.log; do
 done
 for i in "${!names[@]}"; do
   spills=$(grep -c "[1-9][0-9]* bytes spill stores" "$RAW/build-${names[$i]}.log")
-  say "${names[$i]}: $(grep -c 'Compiling entry function' "$RAW/build-${names[$i]}.log") kernel builds, $spills with spill stores"
+  # C7517: ptxas added a wgmma wait of its own before a read of accumulator registers (it serializes
+  # whatever was meant to run under the wgmma in flight there).
+  injected=$(grep -c "(C7517)" "$RAW/build-${names[$i]}.log")
+  say "${names[$i]}: $(grep -c 'Compiling entry function' "$RAW/build-${names[$i]}.log") kernel builds, $spills with spill stores, $injected injected wgmma waits (ptxas C7517)"
   cat "$RAW/build-${names[$i]}.log" >>"$LOG"
   rm -f "$RAW/build-${names[$i]}.log"
 done

@@ -158,6 +158,11 @@ if [ $build_rc -eq 0 ]; then row build ok "$(elapsed "$t0")"; else row build FAI
 kernels=$(($(wc -l <"$TMP/spills.txt") - 2))
 spilling=$(awk 'NR > 2 && ($4 > 0 || $5 > 0)' "$TMP/spills.txt" | wc -l)
 row "spills (ptxas)" info "$spilling of $kernels kernel builds spill"
+# C7517: ptxas added a wgmma wait of its own before a read of accumulator registers, which serializes
+# whatever the code meant to run under the wgmma in flight there (the fa3 deferred epilogue of a masked first
+# block has one at 79a4d61).
+injected=$(grep -c "(C7517)" "$BUILD_LOG")
+row "wgmma waits (ptxas)" info "$injected waits injected by ptxas (C7517)"
 
 GPU_TESTS=$BUILD/tests/flashattn_tests_gpu
 CLI=$BUILD/flashattn
