@@ -103,6 +103,9 @@ struct MaskSpec32 {
     const int e = row + shift + window_right + 1;
     return e < 0 ? 0 : (e > seqlen_k ? seqlen_k : e);
   }
+  // Key blocks of block_n keys [0, n) hold every key that rows up to `row` see (key_end never falls as the
+  // row grows); blocks from n on are masked for all of them.
+  FA_HOST_DEVICE int blocks_seen_up_to(int row, int block_n) const { return (key_end(row) + block_n - 1) / block_n; }
 };
 
 // KV blocks of size block_n that a query tile [row_begin, row_end) must visit: [first, last).

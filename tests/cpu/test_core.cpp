@@ -120,6 +120,32 @@ TEST(CoreMask, MaskSpec32GivesMaskSpecKeysForEveryRow) {
   }
 }
 
+// MaskSpec32::blocks_seen_up_to, which lets an fa3 consumer warpgroup pass over the key blocks its rows do
+// not see: no row up to `row` sees a key in a block from the returned one on, the bound is tight for `row`
+// itself, and it never falls as the row grows.
+TEST(CoreMask, BlocksSeenUpToHoldEveryKeyOfTheRowsBefore) {
+  for (const MaskCase& c : mask_cases()) {
+    const auto m32 = fc::MaskSpec32::make(int(c.sq), int(c.sk), c.causal, int(c.wl), int(c.wr));
+    for (int bn : {1, 8, 32, 64}) {
+      int before = 0;
+      for (int64_t row = 0; row < c.sq; ++row) {
+        const int n = m32.blocks_seen_up_to(int(row), bn);
+        ASSERT_GE(n, before) << "row " << row;
+        before = n;
+        for (int64_t i = 0; i <= row; ++i)
+          for (int64_t j = int64_t(n) * bn; j < c.sk; ++j)
+            ASSERT_FALSE(brute_visible(i, j, c.sq, c.sk, c.causal, c.wl, c.wr))
+                << "sq " << c.sq << " sk " << c.sk << " causal " << c.causal << " w " << c.wl << "," << c.wr
+                << " block " << bn << ": row " << i << " sees key " << j << ", past the " << n << " blocks of row "
+                << row;
+        if (n > 0 && m32.key_begin(int(row)) < m32.key_end(int(row)))
+          ASSERT_TRUE(brute_visible(row, m32.key_end(int(row)) - 1, c.sq, c.sk, c.causal, c.wl, c.wr))
+              << "the last block holds no key of row " << row;
+      }
+    }
+  }
+}
+
 template <int kGroups>
 void check_column_mask() {
   using M = fc::ColumnMask<kGroups>;

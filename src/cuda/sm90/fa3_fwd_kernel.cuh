@@ -603,13 +603,13 @@ struct Consumer {
   }
 
   // The tile's first blocks that no row of this warpgroup sees (Cfg::kLeadSkip), passed over as idle_blocks
-  // does; the V stage of the last of them is released here, its turn being first_block's. The warpgroup's
-  // rows see keys below key_end of its last row (key_end grows with the row), so blocks from
-  // ceil(key_end / kBlockN) on are masked for all of them; at least one block is left, so that a row that
-  // sees no key at all still goes through the softmax of a masked block. Warp-uniform by the broadcast.
+  // does; the V stage of the last of them is released here, its turn being first_block's. Blocks from
+  // MaskSpec32::blocks_seen_up_to(its last row) on are masked for all of its rows; at least one block is
+  // left, so that a row that sees no key at all still goes through the softmax of a masked block.
+  // Warp-uniform by the broadcast.
   __device__ int lead_blocks(const TileWork& w, const core::MaskSpec32& mask) const {
     const int rows_end = min(w.row_begin + (wg + 1) * Cfg::kRowsPerWarpgroup, w.len_q);
-    const int own_last = (mask.key_end(rows_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+    const int own_last = mask.blocks_seen_up_to(rows_end - 1, Cfg::kBlockN);
     const int lead = min(max(w.n_last - own_last, 0), w.blocks() - 1);
     return __shfl_sync(0xffffffffu, lead, 0);
   }
