@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One table from an A/B of scripts/fa3_ab.sh: every shape with each tree's rate (mean of its passes, and
-each pass), cuDNN's where the peer script ran, and the geometric means of each tree against the first tree
-and against the peer. Three kinds: the fa3 forward sweep (TFLOP/s against cuDNN, of bench/peers_sdpa.py),
+each pass), cuDNN's where the peer script ran, the geometric means of each tree against the first tree
+and against the peer, and the rows where every pass of a tree lies above (or below) every pass of the
+first tree. Three kinds: the fa3 forward sweep (TFLOP/s against cuDNN, of bench/peers_sdpa.py),
 with --fa2 the fa2 sweep (TFLOP/s per direction against SDPA's flash backend, which is FA2) and, with
 --decode, the KV-cache benchmark (TB/s per batch, seqlen_k and layout; cuDNN of bench/peers_decode.py,
 contiguous caches only).
@@ -86,6 +87,23 @@ def geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
+def separated_rows(table, fields, base, name):
+    """The rows (as "field field ...") where every pass of `name` lies above every pass of `base`, and those
+    where every one lies below: with two or three passes a tree, a difference the passes' spread cannot
+    explain. Rows with fewer than two passes on either side are left out."""
+    above, below = [], []
+    for r in table:
+        ours, theirs = r[name]["passes"], r[base]["passes"]
+        if len(ours) < 2 or len(theirs) < 2:
+            continue
+        label = " ".join(str(r[f]) for f in fields)
+        if min(ours) > max(theirs):
+            above.append(label)
+        elif max(ours) < min(theirs):
+            below.append(label)
+    return above, below
+
+
 def source_digests(path):
     """{tree name: source digest} from sources.txt's "NAME DIGEST" lines; {} where it is missing."""
     try:
@@ -117,6 +135,12 @@ def build(directory, names, kind="fa3"):
         if ratios:
             lines.append("%s / %s: geometric mean %.3f, min %.3f, max %.3f" %
                          (n, names[0], geomean(ratios), min(ratios), max(ratios)))
+    separated = {}
+    for n in names[1:]:
+        above, below = separated_rows(table, fields, names[0], n)
+        separated[n] = {"above": above, "below": below}
+        lines.append("%s / %s: every pass above every pass on %d rows (%s), below on %d (%s)" %
+                     (n, names[0], len(above), ", ".join(above) or "none", len(below), ", ".join(below) or "none"))
     for n in names:
         ratios = [r[n]["mean"] / r[peer_name] for r in table if r[n]["mean"] and r[peer_name]]
         if ratios:
@@ -126,6 +150,8 @@ def build(directory, names, kind="fa3"):
               "gpu": meta.get("gpu"), "date": meta.get("date"), "passes": len(runs[names[0]]), "table": table,
               "peers": {"torch": peer_data.get("torch"), "cudnn": peer_data.get("cudnn")} if peer_data else None,
               "peer": peer_name}
+    if separated:
+        result["separated"] = separated
     if os.environ.get("FA3_AB_COMMIT"):
         result["commit"] = os.environ["FA3_AB_COMMIT"]
     sources = source_digests(os.path.join(directory, "sources.txt"))

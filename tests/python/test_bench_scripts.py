@@ -344,6 +344,9 @@ def test_ab_table_means_the_passes_and_divides_by_the_first_tree_and_cudnn(tmp_p
     # new / old: 126 / 105 = 1.2 and 40 / 50 = 0.8; geometric mean sqrt(0.96).
     assert "new / old: geometric mean %.3f, min 0.800, max 1.200" % (0.96 ** 0.5) in out
     assert "old / cudnn: geometric mean 0.500, min 0.500, max 0.500" in out
+    # Both passes of new above both of old at the non-causal row; the causal row has one pass of new.
+    assert result["separated"] == {"new": {"above": ["64 512 False"], "below": []}}
+    assert "new / old: every pass above every pass on 1 rows (64 512 False), below on 0 (none)" in out
 
 
 def test_ab_table_decode_keys_rows_by_shape_and_layout(tmp_path, capsys):
