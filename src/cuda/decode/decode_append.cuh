@@ -34,16 +34,9 @@ __global__ void append_new_tokens_kernel(const AppendParams a) {
     const int64_t t = rest % a.seqlen_new;
     const int64_t b = rest / a.seqlen_new;
     const int64_t pos = a.limits.cached(a.cache_seqlens, int(b)) + t;
-    int64_t k_dst, v_dst;
-    if (a.block_table != nullptr) {
-      const int64_t page = a.limits.page(a.block_table[b * a.block_table_row_stride + pos / a.page_size]);
-      const int64_t slot = pos % a.page_size;
-      k_dst = page * a.k_cache.outer_stride + slot * a.k_cache.row_stride;
-      v_dst = page * a.v_cache.outer_stride + slot * a.v_cache.row_stride;
-    } else {
-      k_dst = b * a.k_cache.outer_stride + pos * a.k_cache.row_stride;
-      v_dst = b * a.v_cache.outer_stride + pos * a.v_cache.row_stride;
-    }
+    const int32_t* table_row = a.block_table != nullptr ? a.block_table + b * a.block_table_row_stride : nullptr;
+    const int64_t k_dst = token_offset(a.k_cache, table_row, a.page_size, a.limits, b, pos);
+    const int64_t v_dst = token_offset(a.v_cache, table_row, a.page_size, a.limits, b, pos);
     // Raw 16-bit words: both sides have the same dtype.
     static_cast<uint16_t*>(a.k_cache.ptr)[k_dst + h * a.k_cache.head_stride + d] = static_cast<const uint16_t*>(
         a.k_new.ptr)[b * a.k_new.batch_stride + t * a.k_new.row_stride + h * a.k_new.head_stride + d];

@@ -106,6 +106,16 @@ struct IndexLimits {
   }
 };
 
+// Element offset of token `pos` of sequence `b` in a cache (at its head 0, element 0): through the sequence's
+// block-table row `table_row`, its entry read through the limits, or (table_row nullptr) in a contiguous
+// cache, sequences outer_stride apart.
+__device__ __forceinline__ int64_t token_offset(const CacheParams& c, const int32_t* table_row, int64_t page_size,
+                                                const IndexLimits& limits, int64_t b, int64_t pos) {
+  if (table_row != nullptr)
+    return int64_t(limits.page(table_row[pos / page_size])) * c.outer_stride + (pos % page_size) * c.row_stride;
+  return b * c.outer_stride + pos * c.row_stride;
+}
+
 // A plain-old-data view of one KV-cache call that the kernels take by value (strides in elements).
 struct DecodeParams {
   TensorParams q, out;

@@ -375,20 +375,16 @@ __device__ __forceinline__ void prefetch_first_blocks(const DecodeParams& p) {
   // Lanes 0-15 take the K row of key `lane` of each block, lanes 16-31 its V row.
   const bool is_v = lane >= kKeysPerBlock;
   const CacheParams& cache = is_v ? p.v_cache : p.k_cache;
-  const bool paged = p.block_table != nullptr;
-  const T* base = static_cast<const T*>(cache.ptr) + w.kv_head * cache.head_stride +
-                  (paged ? 0 : w.batch * cache.outer_stride);
-  const int32_t* table = paged ? p.block_table + w.batch * p.block_table_row_stride : nullptr;
+  const T* base = static_cast<const T*>(cache.ptr) + w.kv_head * cache.head_stride;
+  const int32_t* table = p.block_table != nullptr ? p.block_table + w.batch * p.block_table_row_stride : nullptr;
   constexpr int kLineBytes = 128;
   const int row_bytes = p.head_dim * kElemBytes;
   for (int j = 0; j < p.prefetch_blocks; ++j) {
     const int block = w.block_begin + warp + j * Cfg::kWarps;
     const int key = block * kKeysPerBlock + lane % kKeysPerBlock;
     if (block >= w.block_end || key >= w.len_k) break;
-    const int64_t off = paged ? int64_t(p.limits.page(table[key / p.page_size])) * cache.outer_stride +
-                                    int64_t(key % p.page_size) * cache.row_stride
-                              : int64_t(key) * cache.row_stride;
-    const char* row = reinterpret_cast<const char*>(base + off);
+    const char* row =
+        reinterpret_cast<const char*>(base + token_offset(cache, table, p.page_size, p.limits, w.batch, key));
     // Every 128-byte line the row touches (rows are 16-byte aligned, not line aligned).
     const uintptr_t end = reinterpret_cast<uintptr_t>(row) + row_bytes;
     for (uintptr_t a = reinterpret_cast<uintptr_t>(row) & ~uintptr_t(kLineBytes - 1); a < end; a += kLineBytes)
