@@ -537,6 +537,12 @@ struct Consumer {
     if constexpr (Cfg::kIntraOverlap) pv_now(st, w, idx, iter);
   }
 
+  // A ping-pong turn taken and passed at once (no GEMM issued in it).
+  __device__ void idle_turn() const {
+    take_turn<Cfg>(wg);
+    pass_turn<Cfg>(wg);
+  }
+
   // Blocks [0, count) of a tile at ring positions base.. without GEMMs or softmax, for a warpgroup that has
   // no rows in the tile (idle_tile) or none that sees those blocks' keys (Cfg::kLeadSkip): every step of
   // first_block and block, the previous tile's deferred epilogue (`pending`, `prev`) after the first turn,
@@ -548,10 +554,6 @@ struct Consumer {
   // here sync_warpgroup does, as for a tile without keys). Under intra-warpgroup overlap the V stage of block
   // count - 1 is left to the caller (its P V belongs to the next turn).
   __device__ void idle_blocks(ConsumerState<Cfg>& st, int base, int count, bool pending, const TileEnd<T>& prev) {
-    auto idle_turn = [&] {
-      take_turn<Cfg>(wg);
-      pass_turn<Cfg>(wg);
-    };
     wait_k(base);  // first_block: Q K^T
     idle_turn();
     if constexpr (Cfg::kDeferEpilogue) {
@@ -595,8 +597,7 @@ struct Consumer {
     idle_blocks(st, base, blocks, pending, prev);
     if constexpr (Cfg::kIntraOverlap) {  // drain: the last P V
       wait_v(base + blocks - 1);
-      take_turn<Cfg>(wg);
-      pass_turn<Cfg>(wg);
+      idle_turn();
       sync_warpgroup();
       release_v(base + blocks - 1);
     }
