@@ -264,19 +264,29 @@ TEST(Fa3Forward, MaskedLeadBlocksPerWarpgroup) {
     int64_t d, sq, sk;
     bool causal;
     int64_t window_left, window_right;
+    int64_t batch, heads_q, heads_kv;
     const char* kernel;
   };
-  for (const Shape& v : {Shape{DType::kBFloat16, 64, 1500, 1500, true, -1, -1, "fa3_fwd_sm90_bf16_hd64_m192n128"},
-                         Shape{DType::kFloat16, 64, 1300, 900, true, -1, -1, "fa3_fwd_sm90_fp16_hd64_m192n128"},
-                         Shape{DType::kBFloat16, 64, 1100, 1700, true, -1, -1, "fa3_fwd_sm90_bf16_hd64_m192n128"},
-                         Shape{DType::kBFloat16, 64, 1200, 1200, false, 100, 50, "fa3_fwd_sm90_bf16_hd64_m192n128"},
-                         Shape{DType::kBFloat16, 256, 700, 700, true, -1, -1, "fa3_fwd_sm90_bf16_hd256"},
-                         Shape{DType::kFloat16, 256, 300, 1000, true, -1, -1, "fa3_fwd_sm90_fp16_hd256"},
-                         Shape{DType::kBFloat16, 256, 600, 250, true, -1, -1, "fa3_fwd_sm90_bf16_hd256"},
-                         Shape{DType::kFloat16, 256, 500, 500, false, -1, 30, "fa3_fwd_sm90_fp16_hd256"}}) {
+  const char* const kHd64 = "fa3_fwd_sm90_bf16_hd64_m192n128";
+  const char* const kHd64Fp16 = "fa3_fwd_sm90_fp16_hd64_m192n128";
+  for (const Shape& v : {Shape{DType::kBFloat16, 64, 1500, 1500, true, -1, -1, 1, 4, 2, kHd64},
+                         Shape{DType::kFloat16, 64, 1300, 900, true, -1, -1, 1, 4, 2, kHd64Fp16},
+                         Shape{DType::kBFloat16, 64, 1100, 1700, true, -1, -1, 1, 4, 2, kHd64},
+                         Shape{DType::kBFloat16, 64, 1200, 1200, false, 100, 50, 1, 4, 2, kHd64},
+                         Shape{DType::kBFloat16, 256, 700, 700, true, -1, -1, 1, 4, 2, "fa3_fwd_sm90_bf16_hd256"},
+                         Shape{DType::kFloat16, 256, 300, 1000, true, -1, -1, 1, 4, 2, "fa3_fwd_sm90_fp16_hd256"},
+                         Shape{DType::kBFloat16, 256, 600, 250, true, -1, -1, 1, 4, 2, "fa3_fwd_sm90_bf16_hd256"},
+                         Shape{DType::kFloat16, 256, 500, 500, false, -1, 30, 1, 4, 2, "fa3_fwd_sm90_fp16_hd256"},
+                         // More tiles than SMs, so that CTAs take several: a skip then follows the previous
+                         // tile's deferred epilogue (head dim 64) and starts at a ring position other than 0.
+                         // 1060 rows end in a 100-row tile in which warpgroup 0 skips a block while warpgroup
+                         // 2 has no rows.
+                         Shape{DType::kBFloat16, 64, 1060, 1060, true, -1, -1, 2, 16, 4, kHd64},
+                         Shape{DType::kFloat16, 256, 200, 200, true, -1, -1, 8, 32, 8, "fa3_fwd_sm90_fp16_hd256"}}) {
     Case c = fa3_case("lead-blocks", v.dtype, v.d, v.sq, v.sk);
-    c.heads_q = 4;
-    c.heads_kv = 2;
+    c.batch = v.batch;
+    c.heads_q = v.heads_q;
+    c.heads_kv = v.heads_kv;
     c.causal = v.causal;
     c.window_left = v.window_left;
     c.window_right = v.window_right;
@@ -287,21 +297,6 @@ TEST(Fa3Forward, MaskedLeadBlocksPerWarpgroup) {
   varlen.lens_k = {333, 500, 40, 64};
   varlen.causal = true;
   fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd256");
-  // More tiles than SMs, so that CTAs take several: a skip then follows the previous tile's deferred
-  // epilogue (head dim 64) and starts at a ring position other than 0. 1060 rows end in a 100-row tile in
-  // which warpgroup 0 skips a block while warpgroup 2 has no rows.
-  Case many64 = fa3_case("lead-blocks-many-tiles", DType::kBFloat16, 64, 1060, 1060);
-  many64.batch = 2;
-  many64.heads_q = 16;
-  many64.heads_kv = 4;
-  many64.causal = true;
-  fat::check_forward_case(many64, "fa3_fwd_sm90_bf16_hd64_m192n128");
-  Case many256 = fa3_case("lead-blocks-many-tiles", DType::kFloat16, 256, 200, 200);
-  many256.batch = 8;
-  many256.heads_q = 32;
-  many256.heads_kv = 8;
-  many256.causal = true;
-  fat::check_forward_case(many256, "fa3_fwd_sm90_fp16_hd256");
 }
 
 // A causal GQA shape with three L2 sections of unequal size (8, 8 and 4 query-head pairs: 16384 keys of
