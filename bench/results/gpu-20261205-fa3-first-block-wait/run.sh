@@ -4,8 +4,8 @@
 #     epi=bench/results/gpu-20261205-fa3-first-block-wait/first-block-wait.patch
 #   then on the GPU machine: bash bench/results/gpu-20261205-fa3-first-block-wait/run.sh $OUT
 # The fa3 sweep A/B of the three trees (two passes, cuDNN once), the fa3 GPU tests on epi (with the mbarrier
-# watchdog) and on m192, then a probe of causal head dim 64 at N 256..1536 (16384 tokens, 32 heads, `flashattn run --warmup-ms 200`,
-# 20 calls) on base and m192, two passes in alternating order (probe.txt).
+# watchdog) and on m192, then a probe of causal head dim 64 at N 256..1536 (16384 tokens, 32 heads,
+# `flashattn run --warmup-ms 200`, 20 calls) on base and m192, two passes in alternating order (probe.txt).
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
