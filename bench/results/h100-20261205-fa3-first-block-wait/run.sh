@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call for two prepared fa3 changes (trees made beforehand, carried: .ab/base, .ab/m192, .ab/epi):
-#   bash scripts/ab_trees.sh .ab base m192=bench/results/gpu-20261205-fa3-d64-causal-m192/m192-everywhere.patch \
-#     epi=bench/results/gpu-20261205-fa3-first-block-wait/first-block-wait.patch
-#   then on the GPU machine: bash bench/results/gpu-20261205-fa3-first-block-wait/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base m192=bench/results/h100-20261205-fa3-d64-causal-m192/m192-everywhere.patch \
+#     epi=bench/results/h100-20261205-fa3-first-block-wait/first-block-wait.patch
+#   then on the GPU machine: bash bench/results/h100-20261205-fa3-first-block-wait/run.sh $OUT
 # The fa3 sweep A/B of the three trees (two passes, cuDNN once), the fa3 GPU tests on epi (with the mbarrier
 # watchdog) and on m192, then a probe of causal head dim 64 at N 256..1536 (16384 tokens, 32 heads,
 # `flashattn run --warmup-ms 200`, 20 calls) on base and m192, two passes in alternating order (probe.txt).
