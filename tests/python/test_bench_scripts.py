@@ -2,7 +2,8 @@
 the median of the timed calls), the commit the merged results record, and the merged decode table; the
 profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
 scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh and the source trees
-of scripts/ab_trees.sh; and the SASS counts of scripts/gpu_check.sh (scripts/sass_counts.awk)."""
+of scripts/ab_trees.sh, the probe of scripts/fa3_probe.sh; and the SASS counts and the overlap check of scripts/gpu_check.sh
+(scripts/sass_counts.awk, scripts/sass_overlap.awk)."""
 
 import csv
 import json
@@ -438,6 +439,65 @@ def test_sass_counts_name_each_kernels_own_architecture(tmp_path):
         ["sm_90a", "0", "2", "_Z9fa3_stubv"],
         ["sm_90a", "1", "0", "_Z10fa2_kernelv"],
     ]
+
+
+SASS_OVERLAP = """
+		Function : _ZN9flashattn4cuda3fa314fa3_fwd_kernelI1AEEvv
+        /*0000*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0010*/                   FMNMX R3, R4, -INF , !PT ;
+        /*0020*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0040*/                   FMNMX R3, R4, R5, !PT ;
+        /*0050*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+		Function : _ZN9flashattn4cuda3fa314fa3_fwd_kernelI1BEEvv
+        /*0000*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0010*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0020*/                   FMNMX R3, R4, R5, !PT ;
+		Function : _Z10fa2_kernelv
+        /*0000*/                   FMNMX R3, R4, R5, !PT ;
+"""
+
+
+@pytest.mark.skipif(shutil.which("awk") is None, reason="no awk")
+def test_sass_overlap_finds_the_softmax_before_or_after_the_pv_wait(tmp_path):
+    # A main-loop wait counts as overlapped (good) when the softmax's first FMNMX comes between the wait for
+    # Q K^T and the wait for P V, seeded with -INF or not (a max in independent chains starts from two
+    # scores); after the P V wait it counts as bad. Only fa3 kernels are listed.
+    path = tmp_path / "sass.txt"
+    path.write_text(SASS_OVERLAP)
+    out = subprocess.run(["awk", "-f", os.path.join(SCRIPTS, "sass_overlap.awk"), str(path)],
+                         check=True, capture_output=True, text=True).stdout
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert [row[0].split() + [row[1]] for row in rows] == [
+        ["2", "0", "6", "_ZN9flashattn4cuda3fa314fa3_fwd_kernelI1AEEvv"],
+        ["0", "1", "3", "_ZN9flashattn4cuda3fa314fa3_fwd_kernelI1BEEvv"],
+    ]
+
+
+def _fake_tree(root, name, tflops):
+    cli = root / name / "build-ab" / "flashattn"
+    cli.parent.mkdir(parents=True)
+    cli.write_text("#!/bin/sh\necho '{\"forward\": {\"tflops\": %s}, \"pass\": true}'\n" % tflops)
+    cli.chmod(0o755)
+    return root / name
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_fa3_probe_rotates_the_trees_and_reports_medians_against_the_first(tmp_path):
+    base, new = _fake_tree(tmp_path, "a", 200), _fake_tree(tmp_path, "b", 210)
+    out = tmp_path / "probe.txt"
+    env = dict(os.environ, FA3_PROBE_ROUNDS="2", FA3_PROBE_SHAPES="64:512:causal 128:4096:full")
+    subprocess.run(["bash", os.path.join(SCRIPTS, "fa3_probe.sh"), str(out), f"base={base}", f"new={new}"],
+                   check=True, capture_output=True, text=True, env=env)
+    lines = out.read_text().splitlines()
+    runs = [line.split()[1:3] for line in lines if line.startswith("probe ")]
+    # Round 1 starts with the first tree, round 2 with the second; each tree runs every shape once a round.
+    assert runs == [["round=1", "tree=base"]] * 2 + [["round=1", "tree=new"]] * 2 + \
+                   [["round=2", "tree=new"]] * 2 + [["round=2", "tree=base"]] * 2
+    medians = [line for line in lines if line.startswith("median ")]
+    assert len(medians) == 2
+    assert "base 200.0 (2, +0.0%)" in medians[0] and "new 210.0 (2, +5.0%)" in medians[0]
+    assert "N  4096 full" in medians[1]
 
 
 def _digest(tree):
