@@ -1,9 +1,9 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
 the median of the timed calls), the commit the merged results record, and the merged decode table; the
 profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
-scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh and the source trees
-of scripts/ab_trees.sh, the probe of scripts/fa3_probe.sh; and the SASS counts and the overlap check of scripts/gpu_check.sh
-(scripts/sass_counts.awk, scripts/sass_overlap.awk)."""
+scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh, the source trees
+of scripts/ab_trees.sh and the probe of scripts/fa3_probe.sh; and the SASS counts and the overlap check of
+scripts/gpu_check.sh (scripts/sass_counts.awk, scripts/sass_overlap.awk)."""
 
 import csv
 import json
