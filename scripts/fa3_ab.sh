@@ -107,7 +107,9 @@ for i in "${!names[@]}"; do
   # C7517: ptxas added a wgmma wait of its own before a read of accumulator registers (it serializes
   # whatever was meant to run under the wgmma in flight there).
   injected=$(grep -c "(C7517)" "$RAW/build-${names[$i]}.log")
-  say "${names[$i]}: $(grep -c 'Compiling entry function' "$RAW/build-${names[$i]}.log") kernel builds, $spills with spill stores, $injected injected wgmma waits (ptxas C7517)"
+  # C7510-C7516, C7518 and others: ptxas serialized a kernel's wgmma (each message says why).
+  serialized=$(grep -c "wgmma.mma_async instructions are serialized" "$RAW/build-${names[$i]}.log")
+  say "${names[$i]}: $(grep -c 'Compiling entry function' "$RAW/build-${names[$i]}.log") kernel builds, $spills with spill stores, $injected injected wgmma waits (ptxas C7517), $serialized wgmma serializations"
   cat "$RAW/build-${names[$i]}.log" >>"$LOG"
   rm -f "$RAW/build-${names[$i]}.log"
 done
@@ -121,7 +123,8 @@ if command -v cuobjdump >/dev/null 2>&1; then
   for i in "${!names[@]}"; do
     say "${names[$i]}: fa3 SASS (softmax before / after the P V wait, instructions)"
     cuobjdump --dump-sass "${trees[$i]}/build-ab/flashattn" 2>/dev/null | bash "$ROOT/scripts/sass_overlap.sh" |
-      tee -a "$LOG"
+      tee -a "$LOG" "$RAW/overlap-${names[$i]}.txt"
+    say "${names[$i]}: $(awk '$2 > 0' "$RAW/overlap-${names[$i]}.txt" | wc -l) of $(wc -l <"$RAW/overlap-${names[$i]}.txt") fa3 builds start a softmax after its P V wait"
   done
 fi
 

@@ -162,7 +162,10 @@ row "spills (ptxas)" info "$spilling of $kernels kernel builds spill"
 # whatever the code meant to run under the wgmma in flight there (the fa3 deferred epilogue of a masked first
 # block has one at 79a4d61).
 injected=$(grep -c "(C7517)" "$BUILD_LOG")
-row "wgmma waits (ptxas)" info "$injected waits injected by ptxas (C7517)"
+# And kernels whose wgmma ptxas serialized outright (C7510-C7516, C7518 and the like; each message says why).
+serialized=$(grep -c "wgmma.mma_async instructions are serialized" "$BUILD_LOG")
+row "wgmma waits (ptxas)" info "$injected waits injected by ptxas (C7517), $serialized serializations of wgmma"
+
 
 GPU_TESTS=$BUILD/tests/flashattn_tests_gpu
 CLI=$BUILD/flashattn

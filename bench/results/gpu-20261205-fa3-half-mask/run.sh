@@ -15,7 +15,7 @@ FA3_AB_COMMIT="base = ${AB_BASE:-HEAD of the day}; half = base + half-mask.patch
   FA3_AB_PEERS=0 FA3_AB_TESTS=gemm FA3_AB_WATCHDOG=1 FA3_AB_PASSES=2 timeout $(( LIMIT - 60 )) \
   bash scripts/fa3_ab.sh $OUT base=.ab/base half=.ab/half gemm=.ab/gemm > $OUT/ab-run.log 2>&1
 echo "fa3_ab rc $? in $(( $(date +%s) - t0 )) s"
-grep -E "tests:|FAILED" $OUT/ab.log | tail -n 4
+grep -E "kernel builds|after its P V wait|tests:|FAILED" $OUT/ab.log | tail -n 10
 tail -n 45 $OUT/ab-run.log
 FA3_PROBE_ROUNDS=8 FA3_PROBE_SHAPES="64:512:causal 64:1024:causal 128:512:causal 128:1024:causal" \
   FA3_PROBE_UNTIL=$(( t0 + LIMIT )) bash scripts/fa3_probe.sh $OUT/probe.txt base=.ab/base half=.ab/half gemm=.ab/gemm
