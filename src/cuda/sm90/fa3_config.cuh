@@ -43,8 +43,9 @@ struct Fa3Config {
   // length that is not a multiple of kBlockM) issues no GEMMs for it: it keeps pace with the K/V ring and
   // the ping-pong turns only (Consumer::idle_tile). Only on three consumers (192-row tiles, where whole
   // padded warpgroups are common: 1024 rows end in a tile of 64); on two, compiling it in slowed kernels
-  // that never take it (bench/results/h100-20261205-fa3-idle-rows/). Not in the ablation's variants.
-  static constexpr bool kIdleRows = kWarpSpecialized && !kAblation && kConsumerWarpgroups == 3;
+  // that never take it (bench/results/h100-20261205-fa3-idle-rows/). Not in the ablation's variants, so
+  // always with intra-warpgroup overlap (Consumer::idle_blocks assumes it).
+  static constexpr bool kIdleRows = kWarpSpecialized && kIntraOverlap && !kAblation && kConsumerWarpgroups == 3;
 
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)
   // A consumer warpgroup passes over the tile's first key blocks (its last ones in key order) when none of its
@@ -53,9 +54,9 @@ struct Fa3Config {
   // wherever the other warpgroups' rows span a whole block: head dim 64 on 192-row tiles (128-key blocks)
   // and head dim 256 (64-key blocks), at every shift seqlen_k - seqlen_q. Elsewhere (128-row tiles with
   // 128-key blocks) a block can be skipped only for some shifts or right windows, and the code is left out
-  // so that those kernels stay as measured.
-  static constexpr bool kLeadSkip =
-      kWarpSpecialized && !kAblation && kRowsPerWarpgroup * (kConsumerWarpgroups - 1) >= kBlockN;
+  // so that those kernels stay as measured. Like kIdleRows, only with intra-warpgroup overlap.
+  static constexpr bool kLeadSkip = kWarpSpecialized && kIntraOverlap && !kAblation &&
+                                    kRowsPerWarpgroup * (kConsumerWarpgroups - 1) >= kBlockN;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? sm90::kWarpgroupThreads : 0);
   // Register split after setmaxnreg: the producer warpgroup (load thread, scheduler thread) needs its

@@ -551,9 +551,11 @@ struct Consumer {
   // warpgroup must never arrive on a stage's empty barrier while one of its warps has yet to pass the wait on
   // that stage's full barrier, or the producer could refill the stage and the late warp then wait on a parity
   // that comes round again only a whole ring later (in the working path the wgmma keeps the warps together;
-  // here sync_warpgroup does, as for a tile without keys). Under intra-warpgroup overlap the V stage of block
-  // count - 1 is left to the caller (its P V belongs to the next turn).
+  // here sync_warpgroup does, as for a tile without keys). The V stage of block count - 1 is left to the
+  // caller (its P V belongs to the next turn). Only kernels with intra-warpgroup overlap have these paths
+  // (Cfg::kIdleRows, Cfg::kLeadSkip).
   __device__ void idle_blocks(ConsumerState<Cfg>& st, int base, int count, bool pending, const TileEnd<T>& prev) {
+    static_assert(Cfg::kIntraOverlap, "the idle paths follow the overlapped block's turns");
     wait_k(base);  // first_block: Q K^T
     idle_turn();
     if constexpr (Cfg::kDeferEpilogue) {
@@ -561,31 +563,14 @@ struct Consumer {
     }
     sync_warpgroup();
     release_k(base);
-    if constexpr (!Cfg::kIntraOverlap) {
-      wait_v(base);  // and its P V at once
+    for (int idx = 1; idx < count; ++idx) {  // Q K^T of this block and P V of the previous one in one turn
+      const int iter = base + idx;
+      wait_k(iter);
+      wait_v(iter - 1);
       idle_turn();
       sync_warpgroup();
-      release_v(base);
-    }
-    for (int idx = 1; idx < count; ++idx) {
-      const int iter = base + idx;
-      if constexpr (Cfg::kIntraOverlap) {  // Q K^T of this block and P V of the previous one in one turn
-        wait_k(iter);
-        wait_v(iter - 1);
-        idle_turn();
-        sync_warpgroup();
-        release_k(iter);
-        release_v(iter - 1);
-      } else {
-        wait_k(iter);
-        idle_turn();
-        sync_warpgroup();
-        release_k(iter);
-        wait_v(iter);
-        idle_turn();
-        sync_warpgroup();
-        release_v(iter);
-      }
+      release_k(iter);
+      release_v(iter - 1);
     }
   }
 
@@ -595,12 +580,10 @@ struct Consumer {
                             const TileEnd<T>& prev) {
     const int blocks = w.blocks();
     idle_blocks(st, base, blocks, pending, prev);
-    if constexpr (Cfg::kIntraOverlap) {  // drain: the last P V
-      wait_v(base + blocks - 1);
-      idle_turn();
-      sync_warpgroup();
-      release_v(base + blocks - 1);
-    }
+    wait_v(base + blocks - 1);  // drain: the last P V
+    idle_turn();
+    sync_warpgroup();
+    release_v(base + blocks - 1);
   }
 
   // The tile's first blocks that no row of this warpgroup sees (Cfg::kLeadSkip), passed over as idle_blocks
@@ -616,11 +599,9 @@ struct Consumer {
   }
   __device__ void skip_lead(ConsumerState<Cfg>& st, int base, int lead, bool pending, const TileEnd<T>& prev) {
     idle_blocks(st, base, lead, pending, prev);
-    if constexpr (Cfg::kIntraOverlap) {
-      wait_v(base + lead - 1);
-      sync_warpgroup();
-      release_v(base + lead - 1);
-    }
+    wait_v(base + lead - 1);
+    sync_warpgroup();
+    release_v(base + lead - 1);
   }
 
   // Row 0 of the sequence of the tile's (batch, head) in out and in lse (nullptr: lse not requested); row r
@@ -772,16 +753,18 @@ struct Consumer {
       }
       // (Broadcast from lane 0: the same for the whole warpgroup, and ptxas must see it warp-uniform, or it
       // serializes every wgmma of the kernel, C7518.)
-      if (Cfg::kIdleRows && __shfl_sync(0xffffffffu, int(w.row_begin + wg * Cfg::kRowsPerWarpgroup >= w.len_q), 0)) {
-        // No rows of this warpgroup in the tile: nothing to compute or write (the previous tile's deferred
-        // epilogue still runs, inside idle_tile). The warps have met (idle_tile ends on sync_warpgroup)
-        // before the Q buffer is released, as for a tile without keys.
-        sm90::mbar_wait(&sm.q_full[qbuf], q_phase<Cfg>(t));
-        idle_tile(st, w, kv_iter, pending, prev);
-        pending = false;
-        kv_iter += w.blocks();
-        release_q();
-        continue;
+      if constexpr (Cfg::kIdleRows) {
+        if (__shfl_sync(0xffffffffu, int(w.row_begin + wg * Cfg::kRowsPerWarpgroup >= w.len_q), 0)) {
+          // No rows of this warpgroup in the tile: nothing to compute or write (the previous tile's deferred
+          // epilogue still runs, inside idle_tile). The warps have met (idle_tile ends on sync_warpgroup)
+          // before the Q buffer is released, as for a tile without keys.
+          sm90::mbar_wait(&sm.q_full[qbuf], q_phase<Cfg>(t));
+          idle_tile(st, w, kv_iter, pending, prev);
+          pending = false;
+          kv_iter += w.blocks();
+          release_q();
+          continue;
+        }
       }
       if (is_loader()) {
         load_q(sm, p, w, t);
