@@ -424,15 +424,20 @@ arch = sm_90a
 """
 
 
+def _awk_rows(script, sass, tmp_path):
+    """scripts/SCRIPT run on the SASS listing `sass`: its output lines split at tabs."""
+    path = tmp_path / "sass.txt"
+    path.write_text(sass)
+    out = subprocess.run(["awk", "-f", os.path.join(SCRIPTS, script), str(path)],
+                         check=True, capture_output=True, text=True).stdout
+    return [line.split("\t") for line in out.splitlines()]
+
+
 @pytest.mark.skipif(shutil.which("awk") is None, reason="no awk")
 def test_sass_counts_name_each_kernels_own_architecture(tmp_path):
     # The last kernel of a code section belongs to that section's architecture, not the next one's (a
     # two-architecture build once reported its sm_80 stubs as sm_90a kernels without HGMMA).
-    path = tmp_path / "sass.txt"
-    path.write_text(SASS_TWO_SECTIONS)
-    out = subprocess.run(["awk", "-f", os.path.join(SCRIPTS, "sass_counts.awk"), str(path)],
-                         check=True, capture_output=True, text=True).stdout
-    rows = [line.split("\t") for line in out.splitlines()]
+    rows = _awk_rows("sass_counts.awk", SASS_TWO_SECTIONS, tmp_path)
     assert rows == [
         ["sm_80", "0", "0", "_Z9fa3_stubv"],
         ["sm_80", "2", "0", "_Z10fa2_kernelv"],
@@ -463,11 +468,7 @@ def test_sass_overlap_finds_the_softmax_before_or_after_the_pv_wait(tmp_path):
     # A main-loop wait counts as overlapped (good) when the softmax's first FMNMX comes between the wait for
     # Q K^T and the wait for P V, seeded with -INF or not (a max in independent chains starts from two
     # scores); after the P V wait it counts as bad. Only fa3 kernels are listed.
-    path = tmp_path / "sass.txt"
-    path.write_text(SASS_OVERLAP)
-    out = subprocess.run(["awk", "-f", os.path.join(SCRIPTS, "sass_overlap.awk"), str(path)],
-                         check=True, capture_output=True, text=True).stdout
-    rows = [line.split("\t") for line in out.splitlines()]
+    rows = _awk_rows("sass_overlap.awk", SASS_OVERLAP, tmp_path)
     assert [row[0].split() + [row[1]] for row in rows] == [
         ["2", "0", "6", "_ZN9flashattn4cuda3fa314fa3_fwd_kernelI1AEEvv"],
         ["0", "1", "3", "_ZN9flashattn4cuda3fa314fa3_fwd_kernelI1BEEvv"],
