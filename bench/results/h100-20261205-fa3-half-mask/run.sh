@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call (trees made beforehand and carried: .ab/base, .ab/half, .ab/gemm):
-#   bash scripts/ab_trees.sh .ab base half=bench/results/gpu-20261205-fa3-half-mask/half-mask.patch \
-#     gemm=bench/results/gpu-20261205-fa3-half-mask/half-gemm.patch
-#   then on the GPU machine: AB_BASE=<sha> bash bench/results/gpu-20261205-fa3-half-mask/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base half=bench/results/h100-20261205-fa3-half-mask/half-mask.patch \
+#     gemm=bench/results/h100-20261205-fa3-half-mask/half-gemm.patch
+#   then on the GPU machine: AB_BASE=<sha> bash bench/results/h100-20261205-fa3-half-mask/run.sh $OUT
 # The fa3 sweep A/B (two passes, no peer), the fa3 GPU tests on gemm (mbarrier watchdog; gemm holds every
 # change of half), then rounds of the short causal probe (scripts/fa3_probe.sh) while time is left (LIMIT
 # seconds in all, default 450).
