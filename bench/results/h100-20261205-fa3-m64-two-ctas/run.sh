@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (trees made beforehand and carried: .ab/base, .ab/m64):
-#   bash scripts/ab_trees.sh .ab base m64=bench/results/gpu-20261205-fa3-m64-two-ctas/m64-two-ctas.patch
-#   then on the GPU machine: AB_BASE=<sha> bash bench/results/gpu-20261205-fa3-m64-two-ctas/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base m64=bench/results/h100-20261205-fa3-m64-two-ctas/m64-two-ctas.patch
+#   then on the GPU machine: AB_BASE=<sha> bash bench/results/h100-20261205-fa3-m64-two-ctas/run.sh $OUT
 # The fa3 sweep A/B with cuDNN (two passes), the fa3 GPU tests on m64 (mbarrier watchdog), then rounds of
 # the short head-dim-64 probe (scripts/fa3_probe.sh) while time is left (LIMIT seconds in all, default 450).
 set -uo pipefail
