@@ -59,7 +59,7 @@ inline const ForwardAlgo& fa2_algo() {
 }
 // fa3 uses sm90a-only instructions (wgmma, setmaxnreg): compute capability 9.0 exactly.
 inline const ForwardAlgo& fa3_algo() {
-  static const ForwardAlgo a{"fa3", Algorithm::kFA3, "fa3_fwd_sm90_", {64, 128, 256}, 9, 0, false, false};
+  static const ForwardAlgo a{"fa3", Algorithm::kFA3, "fa3_fwd_sm90_", {64, 128, 256}, 9, 0, false, true};
   return a;
 }
 

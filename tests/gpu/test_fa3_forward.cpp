@@ -253,6 +253,49 @@ TEST(Fa3Forward, HeadDim64TileRowsByShape) {
   fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd64_m128n128");
 }
 
+// Head dims between the kernel sizes run on the next larger kernel in its partial-column form
+// (Fa3Config::kPartialCols): TMA zero-fills the columns past the head dim, the epilogue stores only the
+// problem's. Each kernel form against the reference, its name read back, with padded rows (the padding must
+// stay untouched), GQA, a window, softcap and a varlen batch.
+TEST(Fa3Forward, HeadDimsBetweenKernelSizes) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  struct Shape {
+    DType dtype;
+    int64_t d, sq, sk;
+    bool causal;
+    const char* kernel;
+  };
+  for (const Shape& v : {Shape{DType::kBFloat16, 96, 300, 300, false, "fa3_fwd_sm90_bf16_hd128_m128n128_d96"},
+                         Shape{DType::kFloat16, 96, 257, 520, true, "fa3_fwd_sm90_fp16_hd128_m128n128_d96"},
+                         Shape{DType::kBFloat16, 192, 200, 333, true, "fa3_fwd_sm90_bf16_hd256_m128n64_d192"},
+                         Shape{DType::kFloat16, 192, 129, 64, false, "fa3_fwd_sm90_fp16_hd256_m128n64_d192"},
+                         Shape{DType::kBFloat16, 40, 250, 250, true, "fa3_fwd_sm90_bf16_hd64_m128n128_d40"},
+                         Shape{DType::kFloat16, 8, 400, 190, false, "fa3_fwd_sm90_fp16_hd64_m192n128_d8"},
+                         Shape{DType::kBFloat16, 136, 150, 150, false, "fa3_fwd_sm90_bf16_hd256_m128n64_d136"},
+                         Shape{DType::kFloat16, 248, 77, 300, true, "fa3_fwd_sm90_fp16_hd256_m128n64_d248"}}) {
+    for (fat::Layout layout : {fat::Layout::kContiguous, fat::Layout::kPadded}) {
+      Case c = fa3_case("partial-cols", v.dtype, v.d, v.sq, v.sk);
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.causal = v.causal;
+      c.layout = layout;
+      fat::check_forward_case(c, v.kernel);
+    }
+  }
+  Case w = fa3_case("partial-cols-window-softcap", DType::kBFloat16, 96, 300, 400);
+  w.window_left = 70;
+  w.window_right = 10;
+  w.softcap = 30.0f;
+  fat::check_forward_case(w, "fa3_fwd_sm90_bf16_hd128_m128n128_d96");
+  Case varlen = fa3_case("partial-cols-varlen", DType::kFloat16, 192, 0, 0);
+  varlen.lens_q = {130, 0, 7, 300};
+  varlen.lens_k = {200, 5, 0, 290};
+  varlen.heads_q = 6;
+  varlen.heads_kv = 3;
+  varlen.causal = true;
+  fat::check_forward_case(varlen, "fa3_fwd_sm90_fp16_hd256_m128n64_d192");
+}
+
 // Under a mask, a consumer warpgroup passes over the tile's first key blocks when none of its rows sees them
 // (Fa3Config::kLeadSkip: head dim 64 on 192-row tiles, head dim 256): causal squares, bottom-right alignment
 // both ways (rows that see no key at all, and rows that see more than the tile's diagonal), windows and a
@@ -414,7 +457,9 @@ TEST(Fa3Forward, AutoPicksFa3WhereItRuns) {
   Case causal = fa3_case("auto-fp16-d64", DType::kFloat16, 64, 150, 300);
   causal.causal = true;
   expect_auto(causal, Algorithm::kFA3, kFa3Prefix);
-  expect_auto(fa3_case("auto-bf16-d96", DType::kBFloat16, 96, 200, 200), Algorithm::kFA2, kFa2Prefix);
+  expect_auto(fa3_case("auto-bf16-d96", DType::kBFloat16, 96, 200, 200), Algorithm::kFA3, kFa3Prefix);
+  // Not a multiple of 8: fa3 and fa2 refuse it, fa1 (any head dim up to 128) runs it.
+  expect_auto(fa3_case("auto-bf16-d100", DType::kBFloat16, 100, 200, 200), Algorithm::kFA1, "fa1_fwd_sm80_");
   Case negative = fa3_case("auto-negative-scale", DType::kBFloat16, 128, 100, 100);
   negative.scale = -0.2f;
   expect_auto(negative, Algorithm::kFA2, kFa2Prefix);

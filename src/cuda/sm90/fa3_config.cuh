@@ -17,7 +17,7 @@
 namespace flashattn::cuda::fa3 {
 
 template <int kHeadDim_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kWarpSpecialized_,
-          bool kPingPong_, bool kIntraOverlap_, bool kAblation_ = false>
+          bool kPingPong_, bool kIntraOverlap_, bool kAblation_ = false, bool kPartialCols_ = false>
 struct Fa3Config {
   static constexpr int kHeadDim = kHeadDim_;
   // Each consumer warpgroup owns 64 rows (one wgmma M) of the Q tile.
@@ -32,6 +32,10 @@ struct Fa3Config {
   static constexpr bool kIntraOverlap = kIntraOverlap_;  // softmax of block j runs under P V of block j-1
   // One of the ablation's variants (flashattn bench --ablation): the pipeline as measured there.
   static constexpr bool kAblation = kAblation_;
+  // The problem's head dim (a multiple of 8) is below kHeadDim: TMA fills the columns past it with zeros
+  // when it loads Q, K and V (out of the tensor maps' bounds), so S is exact and those columns of O are 0;
+  // the epilogue stores only the problem's columns. Compiled apart so the full-width kernels stay as they are.
+  static constexpr bool kPartialCols = kPartialCols_;
 
   // Q buffers: two where shared memory allows (head dims 64 and 128 of the shipped kernels), so that the next
   // tile's Q loads while this tile runs and its first Q K^T can be issued before this tile's epilogue, which

@@ -1,6 +1,7 @@
 // Host side of the fa3 forward: which problems the sm90a kernel accepts, its tensor maps, and the launch.
 //
-// Kernel set: fp16 and bf16 x head dims {64, 128, 256}; other head dims run on fa2 (`auto` falls through).
+// Kernel set: fp16 and bf16 x head dims {64, 128, 256}; the multiples of 8 between run on the next larger
+// kernel with zero-filled columns (Fa3Config::kPartialCols); other head dims run on fa2 (`auto` falls through).
 // TMA needs 16-byte aligned base pointers and strides that are multiples of 16 bytes; problems that break
 // that are refused here and run on fa2 too.
 #include <cuda.h>
@@ -132,9 +133,10 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
     return Status::NotSupported(std::string("dtype ") + to_string(p.dtype) +
                                 " is not supported by algorithm fa3 (fp16, bf16)");
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+  if (p.head_dim < 8 || p.head_dim > 256 || p.head_dim % 8 != 0)
     return Status::NotSupported("algorithm fa3: head_dim " + std::to_string(p.head_dim) +
-                                " has no kernel (64, 128, 256; fa2 runs the others)");
+                                " is not a multiple of 8 up to 256 (kernels 64, 128, 256; the head dims between "
+                                "run on the next larger one)");
   if (!(p.scale > 0.0f))
     return Status::NotSupported("algorithm fa3: the softmax scale must be positive (the scale is folded into the "
                                 "exponent after the row max); fa2 runs other scales");
@@ -151,9 +153,10 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
   if (encode_fn() == nullptr)
     return Status::NotSupported("algorithm fa3: the driver offers no cuTensorMapEncodeTiled");
   if (kernel != nullptr) {
-    *kernel = std::string("fa3_fwd_sm90_") + dtype_tag(p.dtype) + "_hd" + std::to_string(p.head_dim) + "_m" +
-              std::to_string(64 * fa3::fa3_consumers(p)) + "n" +
-              std::to_string(fa3::fa3_block_n(int(p.head_dim)));
+    const int d = fa3::fa3_kernel_head_dim(p.head_dim);
+    *kernel = std::string("fa3_fwd_sm90_") + dtype_tag(p.dtype) + "_hd" + std::to_string(d) + "_m" +
+              std::to_string(64 * fa3::fa3_consumers(p)) + "n" + std::to_string(fa3::fa3_block_n(d));
+    if (p.head_dim != d) *kernel += "_d" + std::to_string(p.head_dim);  // its partial-column form
   }
   return Status::Ok();
 }
@@ -162,7 +165,7 @@ Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant vari
   Status s = fa3_supports(p, ctx, nullptr);
   if (!s.ok()) return s;
   if (p.batch == 0 || p.seqlen_q == 0) return Status::Ok();  // nothing to write
-  switch (p.head_dim) {
+  switch (fa3::fa3_kernel_head_dim(p.head_dim)) {
     case 64: return fa3::launch_hd64(p, ctx, variant);
     case 128: return fa3::launch_hd128(p, ctx, variant);
     default: return fa3::launch_hd256(p, ctx, variant);

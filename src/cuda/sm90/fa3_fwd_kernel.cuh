@@ -620,7 +620,7 @@ struct Consumer {
 
   __device__ void write_empty_rows(const TileWork& w) {
     // Rows that see no key: O = 0 and LSE = -inf, as the reference defines them.
-    constexpr int kChunks = Cfg::kHeadDim / 8;
+    const int kChunks = (Cfg::kPartialCols ? p.attn.head_dim : Cfg::kHeadDim) / 8;
     const int64_t out_stride = p.attn.out.row_stride;
     T* out = out_rows(w);
     for (int idx = tid; idx < Cfg::kRowsPerWarpgroup * kChunks; idx += kWarpgroupThreads) {
@@ -704,6 +704,9 @@ struct Consumer {
     const int64_t out_stride = p.attn.out.row_stride;
     T* dst = e.out;
     const int rows_left = e.rows_left;
+    // kPartialCols: the problem's columns from this lane's chunk on (its chunks past the head dim are not
+    // stored: the row's next elements belong to another row or tensor).
+    const int cols_left = Cfg::kPartialCols ? p.attn.head_dim - rd_chunk * 8 : Cfg::kHeadDim;
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
 #pragma unroll
@@ -722,7 +725,8 @@ struct Consumer {
         const int row = rd_row + 4 * r;
         const uint4 v =
             *reinterpret_cast<const uint4*>(staged + row * sm90::kSwizzleElems + (rd_chunk ^ (row % 8)) * 8);
-        store_global_16_if(4 * r < rows_left, dst + 4 * r * out_stride + cb * sm90::kSwizzleElems, v);
+        const bool col_in = !Cfg::kPartialCols || cb * sm90::kSwizzleElems < cols_left;
+        store_global_16_if(col_in && 4 * r < rows_left, dst + 4 * r * out_stride + cb * sm90::kSwizzleElems, v);
       }
       __syncwarp();  // every lane has read the block before the next one overwrites it
     }

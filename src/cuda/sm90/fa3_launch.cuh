@@ -29,6 +29,10 @@ Status make_tensor_maps(const detail::Problem& p, int block_m, int block_n, Fa3P
 // diagonal with narrower blocks.
 constexpr int fa3_block_n(int head_dim) { return head_dim == 256 ? 64 : 128; }
 
+// The kernel a head dim runs on: 64, 128 or 256 columns; a multiple of 8 between them runs on the next
+// larger one with its columns past the head dim zero (Fa3Config::kPartialCols).
+constexpr int fa3_kernel_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : head_dim <= 128 ? 128 : 256; }
+
 // Consumer warpgroups per CTA: at head dim 64 a block's GEMMs are short next to its softmax, so three
 // consumers (192-row tiles) keep the tensor cores busy while two of them run softmax.
 constexpr int fa3_consumers(int head_dim) { return head_dim == 64 ? 3 : 2; }
@@ -39,10 +43,10 @@ constexpr int fa3_consumers(int head_dim) { return head_dim == 64 ? 3 : 2; }
 // 3-10% slower from N 2048 and 3-15% slower without a mask at every length.
 constexpr int64_t kFa3TwoConsumerCausalMaxLen = 1024;
 inline int fa3_consumers(const detail::Problem& p) {
-  if (p.head_dim == 64 && p.causal && p.seqlen_q <= kFa3TwoConsumerCausalMaxLen &&
-      p.seqlen_k <= kFa3TwoConsumerCausalMaxLen)
+  const int d = fa3_kernel_head_dim(p.head_dim);
+  if (d == 64 && p.causal && p.seqlen_q <= kFa3TwoConsumerCausalMaxLen && p.seqlen_k <= kFa3TwoConsumerCausalMaxLen)
     return 2;
-  return fa3_consumers(int(p.head_dim));
+  return fa3_consumers(d);
 }
 
 // K/V ring depth: four stages for head dim 64 on 192-row tiles, two elsewhere. Measured on the H200
@@ -61,9 +65,9 @@ constexpr int fa3_stages(int head_dim, int consumers) { return head_dim == 64 &&
 constexpr bool fa3_ping_pong(int head_dim, int consumers) { return !(head_dim == 64 && consumers == 2); }
 
 template <int kHeadDim, bool kWs = true, bool kPing = true, bool kOverlap = true,
-          int kConsumers = fa3_consumers(kHeadDim), bool kAblation = false>
+          int kConsumers = fa3_consumers(kHeadDim), bool kAblation = false, bool kPartialCols = false>
 using ConfigFor = Fa3Config<kHeadDim, kConsumers, fa3_block_n(kHeadDim), fa3_stages(kHeadDim, kConsumers), kWs,
-                            kPing && fa3_ping_pong(kHeadDim, kConsumers), kOverlap, kAblation>;
+                            kPing && fa3_ping_pong(kHeadDim, kConsumers), kOverlap, kAblation, kPartialCols>;
 
 // One of the ablation's variants (Fa3Config::kAblation): the head dim's own tile shape.
 template <int kHeadDim, bool kWs, bool kPing, bool kOverlap>
@@ -101,15 +105,20 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   return own_counter.release();
 }
 
-// The full kernel (kConsumers: fa3_consumers of the problem where a head dim has two tile shapes).
+// The full kernel (kConsumers: fa3_consumers of the problem where a head dim has two tile shapes), on the
+// kernel of kHeadDim columns or, for a smaller head dim, its partial-column form (Fa3Config::kPartialCols).
 template <int kHeadDim, typename T, int kConsumers = fa3_consumers(kHeadDim)>
 Status launch_full(const detail::Problem& prob, const Context& ctx) {
+  if (prob.head_dim < kHeadDim)
+    return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers, false, true>, T>(prob, ctx);
   return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers>, T>(prob, ctx);
 }
 
 // The ablation: one overlap compiled out.
 template <int kHeadDim, typename T>
 Status launch_variant(const detail::Problem& prob, const Context& ctx, Fa3Variant variant) {
+  if (variant != Fa3Variant::kFull && prob.head_dim != kHeadDim)
+    return Status::NotSupported("algorithm fa3: the ablation variants are built for head_dim 128 only");
   switch (variant) {
     case Fa3Variant::kFull: return launch_full<kHeadDim, T>(prob, ctx);
     case Fa3Variant::kNoWarpSpecialization:
