@@ -165,10 +165,13 @@ Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant vari
   Status s = fa3_supports(p, ctx, nullptr);
   if (!s.ok()) return s;
   if (p.batch == 0 || p.seqlen_q == 0) return Status::Ok();  // nothing to write
+  // The ablation variants exist for the benchmark's head dim only: one check for every kernel head dim.
+  if (variant != Fa3Variant::kFull && p.head_dim != 128)
+    return Status::NotSupported("algorithm fa3: the ablation variants are built for head_dim 128 only");
   switch (fa3::fa3_kernel_head_dim(p.head_dim)) {
-    case 64: return fa3::launch_hd64(p, ctx, variant);
+    case 64: return fa3::launch_hd64(p, ctx);
     case 128: return fa3::launch_hd128(p, ctx, variant);
-    default: return fa3::launch_hd256(p, ctx, variant);
+    default: return fa3::launch_hd256(p, ctx);
   }
 }
 

@@ -3,9 +3,7 @@
 
 namespace flashattn::cuda::fa3 {
 
-Status launch_hd256(const detail::Problem& prob, const Context& ctx, Fa3Variant variant) {
-  if (variant != Fa3Variant::kFull)
-    return Status::NotSupported("algorithm fa3: the ablation variants are built for head_dim 128 only");
+Status launch_hd256(const detail::Problem& prob, const Context& ctx) {
   if (prob.dtype == DType::kFloat16) return launch_full<256, __half>(prob, ctx);
   return launch_full<256, __nv_bfloat16>(prob, ctx);
 }

@@ -4,9 +4,7 @@
 
 namespace flashattn::cuda::fa3 {
 
-Status launch_hd64(const detail::Problem& prob, const Context& ctx, Fa3Variant variant) {
-  if (variant != Fa3Variant::kFull)
-    return Status::NotSupported("algorithm fa3: the ablation variants are built for head_dim 128 only");
+Status launch_hd64(const detail::Problem& prob, const Context& ctx) {
   if (fa3_consumers(prob) == 2) {  // short causal problems: 128-row tiles
     if (prob.dtype == DType::kFloat16) return launch_full<64, __half, 2>(prob, ctx);
     return launch_full<64, __nv_bfloat16, 2>(prob, ctx);

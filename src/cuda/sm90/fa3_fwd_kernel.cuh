@@ -620,13 +620,13 @@ struct Consumer {
 
   __device__ void write_empty_rows(const TileWork& w) {
     // Rows that see no key: O = 0 and LSE = -inf, as the reference defines them.
-    const int kChunks = (Cfg::kPartialCols ? p.attn.head_dim : Cfg::kHeadDim) / 8;
+    const int chunks = (Cfg::kPartialCols ? p.attn.head_dim : Cfg::kHeadDim) / 8;
     const int64_t out_stride = p.attn.out.row_stride;
     T* out = out_rows(w);
-    for (int idx = tid; idx < Cfg::kRowsPerWarpgroup * kChunks; idx += kWarpgroupThreads) {
-      const int row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + idx / kChunks;
+    for (int idx = tid; idx < Cfg::kRowsPerWarpgroup * chunks; idx += kWarpgroupThreads) {
+      const int row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + idx / chunks;
       if (row < w.len_q)
-        *reinterpret_cast<uint4*>(out + row * out_stride + (idx % kChunks) * 8) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(out + row * out_stride + (idx % chunks) * 8) = make_uint4(0, 0, 0, 0);
     }
     float* lse = lse_rows(w);
     if (lse != nullptr && tid < Cfg::kRowsPerWarpgroup) {
