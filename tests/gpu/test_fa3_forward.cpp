@@ -140,6 +140,22 @@ TEST(Fa3Forward, HundredRunsBitwiseEqual) {
   }
 }
 
+// GQA packing where it takes fewer tiles (host code: runs without a GPU).
+TEST(Fa3Schedule, GqaPackingWhereItTakesFewerTiles) {
+  using flashattn::cuda::fa3::gqa_pack_group;
+  EXPECT_EQ(gqa_pack_group(16, 2, 1, 128), 8);     // decode: 16 tiles of one row each -> 2
+  EXPECT_EQ(gqa_pack_group(32, 8, 5, 192), 4);     // 32 tiles -> 8 (20 rows each)
+  EXPECT_EQ(gqa_pack_group(16, 2, 33, 128), 8);    // 16 tiles -> 2 x 3
+  EXPECT_EQ(gqa_pack_group(8, 1, 100, 128), 8);    // MQA: 8 tiles -> 7
+  EXPECT_EQ(gqa_pack_group(8, 2, 128, 128), 1);    // full tiles: 8 either way
+  EXPECT_EQ(gqa_pack_group(8, 2, 4096, 128), 1);
+  EXPECT_EQ(gqa_pack_group(12, 4, 17, 128), 1);    // G = 3 does not divide 128 rows
+  EXPECT_EQ(gqa_pack_group(12, 4, 17, 192), 3);    // ... but 192
+  EXPECT_EQ(gqa_pack_group(16, 16, 1, 128), 1);    // no GQA
+  EXPECT_EQ(gqa_pack_group(256, 1, 1, 128), 1);    // G larger than the tile
+  EXPECT_EQ(gqa_pack_group(16, 2, int64_t(1) << 28, 128), 1);  // seqlen_q x G near the int range
+}
+
 // The section rule on the benchmark's shapes and at its edges (host code: runs without a GPU).
 TEST(Fa3Schedule, PairByPairWithoutAMaskTwoWavesWithOneAtMostAQuarterOfTheGrid) {
   using flashattn::cuda::fa3::kGridCtasPerSectionPair;
@@ -294,6 +310,55 @@ TEST(Fa3Forward, HeadDimsBetweenKernelSizes) {
   varlen.heads_kv = 3;
   varlen.causal = true;
   fat::check_forward_case(varlen, "fa3_fwd_sm90_fp16_hd256_m128n64_d192");
+}
+
+// GQA packing (Fa3Config::kPackGqa): the query heads of one KV head share a tile's rows, token-major, where
+// that takes fewer tiles (gqa_pack_group). Decode-like and short queries on both head-dim-64 tile shapes and
+// head dim 128, causal (the mask goes by token, so a token's G rows share their keys), a window with
+// softcap, MQA, padded rows, a varlen batch with a sequence whose queries see no key (its rows written as
+// empty through the packed addresses), and shapes that must not pack (the name says which ran).
+TEST(Fa3Forward, GqaPackedTiles) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  struct Shape {
+    DType dtype;
+    int64_t d, sq, sk, hq, hkv;
+    bool causal;
+    const char* kernel;
+  };
+  for (const Shape& v : {Shape{DType::kBFloat16, 128, 1, 300, 16, 2, true, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa8"},
+                         Shape{DType::kFloat16, 128, 1, 1000, 16, 2, false, "fa3_fwd_sm90_fp16_hd128_m128n128_gqa8"},
+                         Shape{DType::kFloat16, 64, 5, 700, 32, 8, false, "fa3_fwd_sm90_fp16_hd64_m192n128_gqa4"},
+                         Shape{DType::kBFloat16, 64, 33, 33, 16, 2, true, "fa3_fwd_sm90_bf16_hd64_m128n128_gqa8"},
+                         Shape{DType::kBFloat16, 64, 7, 2000, 8, 2, true, "fa3_fwd_sm90_bf16_hd64_m192n128_gqa4"},
+                         Shape{DType::kFloat16, 128, 37, 290, 8, 1, true, "fa3_fwd_sm90_fp16_hd128_m128n128_gqa8"},
+                         Shape{DType::kFloat16, 128, 17, 400, 12, 4, true, "fa3_fwd_sm90_fp16_hd128_m128n128"},
+                         Shape{DType::kBFloat16, 128, 128, 256, 8, 2, false, "fa3_fwd_sm90_bf16_hd128_m128n128"},
+                         Shape{DType::kBFloat16, 256, 1, 300, 16, 2, true, "fa3_fwd_sm90_bf16_hd256_m128n64"}}) {
+    for (fat::Layout layout : {fat::Layout::kContiguous, fat::Layout::kPadded}) {
+      Case c = fa3_case("gqa-packed", v.dtype, v.d, v.sq, v.sk);
+      c.heads_q = v.hq;
+      c.heads_kv = v.hkv;
+      c.causal = v.causal;
+      c.layout = layout;
+      fat::check_forward_case(c, v.kernel);
+    }
+  }
+  Case w = fa3_case("gqa-packed-window-softcap", DType::kBFloat16, 128, 100, 100);
+  w.heads_q = 8;
+  w.heads_kv = 1;
+  w.window_left = 30;
+  w.window_right = 5;
+  w.softcap = 20.0f;
+  fat::check_forward_case(w, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa8");
+  Case varlen = fa3_case("gqa-packed-varlen", DType::kBFloat16, 128, 0, 0);
+  varlen.lens_q = {1, 0, 3, 9};
+  varlen.lens_k = {50, 7, 0, 300};
+  varlen.heads_q = 8;
+  varlen.heads_kv = 2;
+  varlen.causal = true;
+  fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa4");
+  varlen.layout = fat::Layout::kBatchHeadMajor;
+  fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa4");
 }
 
 // Under a mask, a consumer warpgroup passes over the tile's first key blocks when none of its rows sees them

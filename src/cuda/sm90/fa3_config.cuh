@@ -17,7 +17,8 @@
 namespace flashattn::cuda::fa3 {
 
 template <int kHeadDim_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kWarpSpecialized_,
-          bool kPingPong_, bool kIntraOverlap_, bool kAblation_ = false, bool kPartialCols_ = false>
+          bool kPingPong_, bool kIntraOverlap_, bool kAblation_ = false, bool kPartialCols_ = false,
+          bool kPackGqa_ = false>
 struct Fa3Config {
   static constexpr int kHeadDim = kHeadDim_;
   // Each consumer warpgroup owns 64 rows (one wgmma M) of the Q tile.
@@ -36,6 +37,11 @@ struct Fa3Config {
   // when it loads Q, K and V (out of the tensor maps' bounds), so S is exact and those columns of O are 0;
   // the epilogue stores only the problem's columns. Compiled apart so the full-width kernels stay as they are.
   static constexpr bool kPartialCols = kPartialCols_;
+  // GQA packing: a tile's rows are (query token, query head) pairs of one KV head, token-major: tile row r
+  // of the pair (batch, kv head) is token r / G and query head kv_head * G + r % G (G = heads_q / heads_kv,
+  // Fa3Params::pack_group), so one tile of few tokens fills its rows from the G heads that share its K and
+  // V. Q loads through a 5-d tensor map (head dim, G, KV heads, tokens, batch); the mask goes by token.
+  static constexpr bool kPackGqa = kPackGqa_;
 
   // Q buffers: two where shared memory allows (head dims 64 and 128 of the shipped kernels), so that the next
   // tile's Q loads while this tile runs and its first Q K^T can be issued before this tile's epilogue, which
@@ -90,9 +96,10 @@ struct Fa3Config {
 // through the tile queue, so the producer and the consumers agree exactly on the number of blocks (which
 // decides how many ring stages each side advances).
 struct alignas(16) TileWork {
-  int batch, head, kv_head;
-  int row_begin, len_q;
-  int q_row, k_row, batch_coord;  // TMA coordinates of the tile's first Q row and the sequence's first key
+  int batch, head, kv_head;  // head: the query head (kPackGqa: the group's first, kv_head * G)
+  int row_begin, len_q;  // the tile's first row and the sequence's rows (kPackGqa: tokens x G)
+  int q_row, k_row, batch_coord;  // TMA coordinates of the tile's first Q row (kPackGqa: token) and the
+                                  // sequence's first key
   int n_first, n_last;            // KV blocks [n_first, n_last), visited from n_last - 1 down
   bool valid;                     // the tile has rows (varlen sequences can be shorter than the maximum)
   bool end;                       // past the last tile: the CTA is done
@@ -135,12 +142,15 @@ struct Fa3Params {
   CUtensorMap tm_q, tm_k, tm_v;
   AttnParams attn;
   int num_m_blocks;   // Q tiles per (batch, head): ceil(seqlen_q / kBlockM), seqlen_q the varlen maximum
-  int num_tiles;      // num_m_blocks * batch * heads_q
-  int section_heads;  // (batch, query head) pairs per L2 section of the tile order (make_tile), >= 1
+                      // (kPackGqa: per (batch, KV head), ceil(seqlen_q * G / kBlockM))
+  int num_tiles;      // num_m_blocks * batch * heads_q (kPackGqa: heads_kv)
+  int section_heads;  // (batch, query head) pairs per L2 section of the tile order (make_tile), >= 1; with
+                      // kPackGqa (batch, KV head) pairs
   // Work queue of warp-specialized kernels: one int that is zero when the kernel starts and that the
   // kernel puts back to zero (claim_tile). Unused (nullptr) without warp specialization, whose consumers
   // take the static schedule, tile blockIdx.x + k * gridDim.x.
   int* tile_counter;
+  int pack_group;  // kPackGqa: query heads per KV head (G), which divides kBlockM; 1 otherwise
 };
 
 }  // namespace flashattn::cuda::fa3

@@ -67,6 +67,19 @@ Status check_tma_operand(const char* name, const detail::Strided& s, int64_t row
   return Status::Ok();
 }
 
+// One tiled map with 128-byte swizzle, zero fill out of bounds (rank 4 or 5; unit element strides).
+Status encode_tiled(PFN_cuTensorMapEncodeTiled_v12000 fn, CUtensorMap* map, void* ptr, DType dtype, int rank,
+                    const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
+  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  const CUresult r = fn(map, dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                        cuuint32_t(rank), ptr, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status::Runtime("algorithm fa3: cuTensorMapEncodeTiled failed with error " + std::to_string(int(r)));
+  return Status::Ok();
+}
+
 Status encode(CUtensorMap* map, const detail::Strided& s, DType dtype, int64_t head_dim, int64_t rows, int64_t heads,
               int64_t batch, int box_rows) {
   PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
@@ -81,26 +94,45 @@ Status encode(CUtensorMap* map, const detail::Strided& s, DType dtype, int64_t h
   const cuuint64_t dims[4] = {cuuint64_t(head_dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
   const cuuint64_t strides[3] = {row_b, head_b, batch_b};
   const cuuint32_t box[4] = {cuuint32_t(sm90::kSwizzleElems), cuuint32_t(box_rows), 1, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = fn(map, dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                        4, s.ptr, dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    return Status::Runtime("algorithm fa3: cuTensorMapEncodeTiled failed with error " + std::to_string(int(r)));
-  return Status::Ok();
+  return encode_tiled(fn, map, s.ptr, dtype, 4, dims, strides, box);
+}
+
+// Q of a GQA-packed tile (Fa3Config::kPackGqa) as a 5-d tensor (head dim, head in group, KV head, token,
+// batch): a box of G heads x box_rows / G tokens lands in shared memory as box_rows rows, token-major.
+Status encode_packed_q(CUtensorMap* map, const detail::Strided& s, DType dtype, int64_t head_dim, int64_t rows,
+                       int64_t heads_kv, int64_t group, int64_t batch, int box_rows) {
+  PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
+  if (fn == nullptr) return Status::NotSupported("algorithm fa3: the driver offers no cuTensorMapEncodeTiled");
+  auto stride_or = [](int64_t stride, int64_t extent, int64_t packed) {
+    return uint64_t(extent > 1 ? stride * kElemBytes : packed);
+  };
+  const uint64_t group_b = uint64_t(s.head_stride * kElemBytes);  // group > 1: stepped
+  const uint64_t kv_b = stride_or(group * s.head_stride, heads_kv, int64_t(group) * int64_t(group_b));
+  const uint64_t row_b = stride_or(s.row_stride, rows, int64_t(heads_kv) * int64_t(kv_b));
+  const uint64_t batch_b = stride_or(s.batch_stride, batch, int64_t(rows) * int64_t(row_b));
+  const cuuint64_t dims[5] = {cuuint64_t(head_dim), cuuint64_t(group), cuuint64_t(heads_kv), cuuint64_t(rows),
+                              cuuint64_t(batch)};
+  const cuuint64_t strides[4] = {group_b, kv_b, row_b, batch_b};
+  const cuuint32_t box[5] = {cuuint32_t(sm90::kSwizzleElems), cuuint32_t(group), 1, cuuint32_t(box_rows / group), 1};
+  return encode_tiled(fn, map, s.ptr, dtype, 5, dims, strides, box);
 }
 
 }  // namespace
 
 namespace fa3 {
 
-Status make_tensor_maps(const detail::Problem& p, int block_m, int block_n, Fa3Params* params) {
+Status make_tensor_maps(const detail::Problem& p, int block_m, int block_n, int pack_group, Fa3Params* params) {
   const int64_t batch = p.varlen ? 1 : p.batch;
   const std::array<ForwardOperand, 4> ops = forward_operands(p);  // q, k, v, out
   CUtensorMap* maps[] = {&params->tm_q, &params->tm_k, &params->tm_v};
   const int box_rows[] = {block_m, block_n, block_n};
   for (int i = 0; i < 3; ++i) {
+    if (i == 0 && pack_group > 1) {
+      Status s = encode_packed_q(maps[0], *ops[0].s, p.dtype, p.head_dim, ops[0].rows, p.heads_kv, pack_group, batch,
+                                 block_m);
+      if (!s.ok()) return s;
+      continue;
+    }
     Status s = encode(maps[i], *ops[i].s, p.dtype, p.head_dim, ops[i].rows, ops[i].heads, batch, box_rows[i]);
     if (!s.ok()) return s;
   }
@@ -157,6 +189,8 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
     *kernel = std::string("fa3_fwd_sm90_") + dtype_tag(p.dtype) + "_hd" + std::to_string(d) + "_m" +
               std::to_string(64 * fa3::fa3_consumers(p)) + "n" + std::to_string(fa3::fa3_block_n(d));
     if (p.head_dim != d) *kernel += "_d" + std::to_string(p.head_dim);  // its partial-column form
+    const int group = fa3::fa3_pack_group(p, 64 * fa3::fa3_consumers(p));
+    if (group > 1) *kernel += "_gqa" + std::to_string(group);  // GQA-packed tiles
   }
   return Status::Ok();
 }

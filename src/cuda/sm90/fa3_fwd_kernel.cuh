@@ -72,7 +72,8 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
     w.n_first = w.n_last = 0;
     return w;
   }
-  const unsigned bh_count = unsigned(a.batch * a.heads_q);
+  // kPackGqa: the pairs are (batch, KV head), each with the rows of its G query heads (token-major).
+  const unsigned bh_count = unsigned(a.batch * (Cfg::kPackGqa ? a.heads_kv : a.heads_q));
   const unsigned section_tiles = unsigned(p.section_heads * p.num_m_blocks);
   const unsigned section = unsigned(tile) / section_tiles;
   const unsigned first_bh = section * unsigned(p.section_heads);
@@ -80,21 +81,32 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
   const unsigned r = unsigned(tile) - section * section_tiles;
   const unsigned bh = first_bh + r % heads_here;
   const int m_block = p.num_m_blocks - 1 - int(r / heads_here);
-  w.batch = int(bh / unsigned(a.heads_q));
-  w.head = int(bh % unsigned(a.heads_q));
-  w.kv_head = int(unsigned(w.head) / unsigned(a.heads_q / a.heads_kv));
-  w.row_begin = m_block * Cfg::kBlockM;
-  w.len_q = a.len_q(w.batch);
+  if constexpr (Cfg::kPackGqa) {
+    w.batch = int(bh / unsigned(a.heads_kv));
+    w.kv_head = int(bh % unsigned(a.heads_kv));
+    w.head = w.kv_head * p.pack_group;
+    w.row_begin = m_block * Cfg::kBlockM;
+    w.len_q = a.len_q(w.batch) * p.pack_group;
+  } else {
+    w.batch = int(bh / unsigned(a.heads_q));
+    w.head = int(bh % unsigned(a.heads_q));
+    w.kv_head = int(unsigned(w.head) / unsigned(a.heads_q / a.heads_kv));
+    w.row_begin = m_block * Cfg::kBlockM;
+    w.len_q = a.len_q(w.batch);
+  }
   w.valid = w.row_begin < w.len_q;
   const bool varlen = a.cu_q != nullptr;
-  w.q_row = a.q_offset(w.batch) + w.row_begin;
+  w.q_row = a.q_offset(w.batch) + (Cfg::kPackGqa ? w.row_begin / p.pack_group : w.row_begin);
   w.k_row = a.k_offset(w.batch);
   w.batch_coord = varlen ? 0 : w.batch;
   w.n_first = w.n_last = 0;
   if (w.valid) {
     const core::MaskSpec mask = a.mask(w.batch);
     const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
-    const core::BlockRange r = core::kv_block_range(mask, w.row_begin, row_end, Cfg::kBlockN);
+    // The mask goes by query token: with kPackGqa tokens [row_begin / G, (row_end - 1) / G] (G divides kBlockM).
+    const core::BlockRange r = Cfg::kPackGqa ? core::kv_block_range(mask, w.row_begin / p.pack_group,
+                                                                     (row_end - 1) / p.pack_group + 1, Cfg::kBlockN)
+                                              : core::kv_block_range(mask, w.row_begin, row_end, Cfg::kBlockN);
     w.n_first = int(r.first);
     w.n_last = int(r.last);
   }
@@ -118,6 +130,14 @@ __device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p
   // completed.
   sm90::mbar_wait(&sm.q_empty[b], q_phase<Cfg>(t) ^ 1);
   sm90::mbar_arrive_expect_tx(&sm.q_full[b], Cfg::kQBytes);
+  if constexpr (Cfg::kPackGqa) {
+    // (head dim, head in group, KV head, token, batch): kBlockM / G tokens x G heads, token-major.
+#pragma unroll
+    for (int c = 0; c < Cfg::kColBlocks; ++c)
+      sm90::tma_load_5d(sm.q[b] + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full[b],
+                        c * sm90::kSwizzleElems, 0, w.kv_head, w.q_row, w.batch_coord);
+    return;
+  }
 #pragma unroll
   for (int c = 0; c < Cfg::kColBlocks; ++c)
     sm90::tma_load_4d(sm.q[b] + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full[b],
@@ -370,6 +390,9 @@ struct TileEnd {
   int rows_left;  // rows of the tile from the thread's first O row on (the rest of the sequence)
   int lse_rows;   // the same from its half-0 row
   float mult;     // raw score -> log2 units
+  // Cfg::kPackGqa: out and lse point at row 0 of the tile's (batch, head) (out: plus the lane's chunk), and
+  // these are the tile rows of the thread's first O row and of its half-0 row (Consumer::row_offset).
+  int row, lse_row;
 };
 
 template <typename Cfg, typename T>
@@ -387,6 +410,17 @@ struct Consumer {
   __device__ bool is_loader() const { return !Cfg::kWarpSpecialized && wg == 0 && tid == 0; }
   __device__ int quad() const { return tid % 4; }
   __device__ int local_row0() const { return wg * Cfg::kRowsPerWarpgroup + warp() * 16 + lane() / 4; }
+  // The query token of tile row r (Cfg::kPackGqa: r / G), which the mask goes by.
+  __device__ int token(int r) const {
+    if constexpr (Cfg::kPackGqa) return r / p.pack_group;
+    return r;
+  }
+  // Elements from row 0 of the tile's (batch, head) in out or lse (out_rows, lse_rows) to tile row r: r
+  // row strides, or with Cfg::kPackGqa token r / G's row of query head r % G of the group.
+  __device__ int64_t row_offset(int r, int64_t row_stride, int64_t head_stride) const {
+    if constexpr (Cfg::kPackGqa) return int64_t(r / p.pack_group) * row_stride + int64_t(r % p.pack_group) * head_stride;
+    return int64_t(r) * row_stride;
+  }
 
   // Without a producer warpgroup: the load for ring position `iter` (block index `idx` of the tile) is
   // issued once the buffer it overwrites is released, by the loader thread in line with its own work.
@@ -593,7 +627,7 @@ struct Consumer {
   // Warp-uniform by the broadcast.
   __device__ int lead_blocks(const TileWork& w, const core::MaskSpec32& mask) const {
     const int rows_end = min(w.row_begin + (wg + 1) * Cfg::kRowsPerWarpgroup, w.len_q);
-    const int own_last = mask.blocks_seen_up_to(rows_end - 1, Cfg::kBlockN);
+    const int own_last = mask.blocks_seen_up_to(token(rows_end - 1), Cfg::kBlockN);
     const int lead = min(max(w.n_last - own_last, 0), w.blocks() - 1);
     return __shfl_sync(0xffffffffu, lead, 0);
   }
@@ -626,12 +660,13 @@ struct Consumer {
     for (int idx = tid; idx < Cfg::kRowsPerWarpgroup * chunks; idx += kWarpgroupThreads) {
       const int row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + idx / chunks;
       if (row < w.len_q)
-        *reinterpret_cast<uint4*>(out + row * out_stride + (idx % chunks) * 8) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(out + row_offset(row, out_stride, p.attn.out.head_stride) + (idx % chunks) * 8) =
+            make_uint4(0, 0, 0, 0);
     }
     float* lse = lse_rows(w);
     if (lse != nullptr && tid < Cfg::kRowsPerWarpgroup) {
       const int row = w.row_begin + wg * Cfg::kRowsPerWarpgroup + tid;
-      if (row < w.len_q) lse[row * p.attn.lse.row_stride] = core::kNegInf;
+      if (row < w.len_q) lse[row_offset(row, p.attn.lse.row_stride, p.attn.lse.head_stride)] = core::kNegInf;
     }
   }
 
@@ -667,10 +702,18 @@ struct Consumer {
   __device__ TileEnd<T> tile_end(const TileWork& w, const SoftmaxParams& sp) const {
     TileEnd<T> e;
     const int first_row = sp.row0 - lane() / 4;  // the warp's first row
-    e.out = out_rows(w) + int64_t(first_row + lane() / 8) * p.attn.out.row_stride + (lane() % 8) * 8;
-    e.rows_left = w.len_q - first_row - lane() / 8;
-    float* lse = lse_rows(w);
-    e.lse = lse == nullptr ? nullptr : lse + int64_t(sp.row0) * p.attn.lse.row_stride;
+    if constexpr (Cfg::kPackGqa) {
+      e.out = out_rows(w) + (lane() % 8) * 8;
+      e.row = first_row + lane() / 8;
+      e.rows_left = w.len_q - first_row - lane() / 8;
+      e.lse = lse_rows(w);
+      e.lse_row = sp.row0;
+    } else {
+      e.out = out_rows(w) + int64_t(first_row + lane() / 8) * p.attn.out.row_stride + (lane() % 8) * 8;
+      e.rows_left = w.len_q - first_row - lane() / 8;
+      float* lse = lse_rows(w);
+      e.lse = lse == nullptr ? nullptr : lse + int64_t(sp.row0) * p.attn.lse.row_stride;
+    }
     e.lse_rows = w.len_q - sp.row0;
     e.mult = sp.mult;
     return e;
@@ -689,7 +732,8 @@ struct Consumer {
       const float sum = quad_sum(st.row_sum[h]);
       inv[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
       if (e.lse != nullptr && quad() == 0 && 8 * h < e.lse_rows)
-        e.lse[8 * h * p.attn.lse.row_stride] =
+        e.lse[Cfg::kPackGqa ? row_offset(e.lse_row + 8 * h, p.attn.lse.row_stride, p.attn.lse.head_stride)
+                            : 8 * h * p.attn.lse.row_stride] =
             sum > 0.0f ? (st.row_max[h] * e.mult + __log2f(sum)) * core::kLn2 : core::kNegInf;
     }
     const T* staged = sm.o_stage[wg * sm90::kWarpgroupWarps + warp()];
@@ -726,7 +770,9 @@ struct Consumer {
         const uint4 v =
             *reinterpret_cast<const uint4*>(staged + row * sm90::kSwizzleElems + (rd_chunk ^ (row % 8)) * 8);
         const bool col_in = !Cfg::kPartialCols || cb * sm90::kSwizzleElems < cols_left;
-        store_global_16_if(col_in && 4 * r < rows_left, dst + 4 * r * out_stride + cb * sm90::kSwizzleElems, v);
+        T* row_dst = Cfg::kPackGqa ? dst + row_offset(e.row + 4 * r, out_stride, p.attn.out.head_stride)
+                                   : dst + 4 * r * out_stride;
+        store_global_16_if(col_in && 4 * r < rows_left, row_dst + cb * sm90::kSwizzleElems, v);
       }
       __syncwarp();  // every lane has read the block before the next one overwrites it
     }
@@ -783,12 +829,12 @@ struct Consumer {
       sp.mult = a.softcap > 0.0f ? core::kLog2e : a.scale_log2;
       sp.row0 = w.row_begin + local_row0();
       // The mask in 32-bit arithmetic (the host keeps seqlen_q + seqlen_k below 2^31 - 256).
-      const core::MaskSpec32 mask = a.mask32(w.len_q, a.len_k(w.batch));
+      const core::MaskSpec32 mask = a.mask32(Cfg::kPackGqa ? a.len_q(w.batch) : w.len_q, a.len_k(w.batch));
 
       // Blocks that need no per-element mask: [vis_lo, vis_hi) (see MaskSpec::tile_fully_visible).
       const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
-      int vis_lo = (mask.key_begin(row_end - 1) + Cfg::kBlockN - 1) / Cfg::kBlockN;
-      int vis_hi = mask.key_end(w.row_begin) / Cfg::kBlockN;
+      int vis_lo = (mask.key_begin(token(row_end - 1)) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+      int vis_hi = mask.key_end(token(w.row_begin)) / Cfg::kBlockN;
       vis_lo = max(vis_lo, w.n_first);
       vis_hi = min(vis_hi, w.n_last);
       if (vis_lo >= vis_hi) vis_lo = vis_hi = w.n_first;  // no visible block: every block is masked
@@ -805,8 +851,8 @@ struct Consumer {
       if (!first_visible || vis_lo > w.n_first || vis_hi < w.n_last) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          sp.key_begin[h] = mask.key_begin(sp.row0 + 8 * h);
-          sp.key_end[h] = mask.key_end(sp.row0 + 8 * h);
+          sp.key_begin[h] = mask.key_begin(token(sp.row0 + 8 * h));
+          sp.key_end[h] = mask.key_end(token(sp.row0 + 8 * h));
         }
       } else {
         sp.key_begin[0] = sp.key_begin[1] = sp.key_end[0] = sp.key_end[1] = 0;

@@ -19,7 +19,8 @@ namespace flashattn::cuda::fa3 {
 constexpr int kSm90SmemPerBlock = 227 * 1024;  // opt-in dynamic shared memory per CTA on sm_90
 
 // Fills the three tensor maps; defined in fa3_fwd.cu (one driver entry point, looked up once).
-Status make_tensor_maps(const detail::Problem& p, int block_m, int block_n, Fa3Params* params);
+// pack_group > 1: Q as GQA-packed tiles (Fa3Config::kPackGqa).
+Status make_tensor_maps(const detail::Problem& p, int block_m, int block_n, int pack_group, Fa3Params* params);
 
 // Key-block width per head dim. Wider blocks spread each block's fixed costs (barriers, row statistics, O
 // rescale) over more keys, as far as the registers allow: a consumer thread holds S (kBlockN / 2), P
@@ -65,9 +66,19 @@ constexpr int fa3_stages(int head_dim, int consumers) { return head_dim == 64 &&
 constexpr bool fa3_ping_pong(int head_dim, int consumers) { return !(head_dim == 64 && consumers == 2); }
 
 template <int kHeadDim, bool kWs = true, bool kPing = true, bool kOverlap = true,
-          int kConsumers = fa3_consumers(kHeadDim), bool kAblation = false, bool kPartialCols = false>
+          int kConsumers = fa3_consumers(kHeadDim), bool kAblation = false, bool kPartialCols = false,
+          bool kPackGqa = false>
 using ConfigFor = Fa3Config<kHeadDim, kConsumers, fa3_block_n(kHeadDim), fa3_stages(kHeadDim, kConsumers), kWs,
-                            kPing && fa3_ping_pong(kHeadDim, kConsumers), kOverlap, kAblation, kPartialCols>;
+                            kPing && fa3_ping_pong(kHeadDim, kConsumers), kOverlap, kAblation, kPartialCols, kPackGqa>;
+
+// GQA packing (Fa3Config::kPackGqa, the rule in gqa_pack_group) on the full-width kernels of head dims 64
+// and 128: not on the partial-column forms, and not at head dim 256, whose packed kernel spilled 24 bytes
+// (the per-row output addresses on top of 128 accumulator registers). Returns G, or 1 for no packing.
+constexpr bool fa3_packs_gqa(int kernel_head_dim) { return kernel_head_dim != 256; }
+inline int fa3_pack_group(const detail::Problem& p, int block_m) {
+  if (p.head_dim != fa3_kernel_head_dim(p.head_dim) || !fa3_packs_gqa(int(p.head_dim))) return 1;
+  return gqa_pack_group(p.heads_q, p.heads_kv, p.seqlen_q, block_m);
+}
 
 // One of the ablation's variants (Fa3Config::kAblation): the head dim's own tile shape.
 template <int kHeadDim, bool kWs, bool kPing, bool kOverlap>
@@ -78,13 +89,17 @@ inline bool has_masked_blocks(const detail::Problem& p) {
 }
 
 template <typename Cfg, typename T>
-Status launch_config(const detail::Problem& prob, const Context& ctx) {
+Status launch_config(const detail::Problem& prob, const Context& ctx, int pack_group = 1) {
+  static_assert(!Cfg::kPackGqa || !Cfg::kPartialCols, "GQA packing runs on the full-width kernels only");
+  if (Cfg::kPackGqa != (pack_group > 1)) return Status::Runtime("algorithm fa3: GQA packing and kernel disagree");
   Fa3Params params{};
   params.attn = make_params(prob);
-  Status s = make_tensor_maps(prob, Cfg::kBlockM, Cfg::kBlockN, &params);
+  params.pack_group = pack_group;
+  Status s = make_tensor_maps(prob, Cfg::kBlockM, Cfg::kBlockN, pack_group, &params);
   if (!s.ok()) return s;
-  params.num_m_blocks = int((prob.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM);
-  params.num_tiles = params.num_m_blocks * int(prob.batch * prob.heads_q);
+  const int64_t pair_heads = Cfg::kPackGqa ? prob.heads_kv : prob.heads_q;  // (batch, head) pairs per batch
+  params.num_m_blocks = int((prob.seqlen_q * pack_group + Cfg::kBlockM - 1) / Cfg::kBlockM);
+  params.num_tiles = params.num_m_blocks * int(prob.batch * pair_heads);
   if (params.num_tiles == 0) return Status::Ok();
   auto* kernel = fa3_fwd_kernel<Cfg, T>;
   constexpr int kSmem = fa3_smem_bytes<Cfg, T>();
@@ -92,7 +107,7 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   // Persistent: one CTA per SM (the register split needs the whole register file), never more CTAs than tiles.
   const int grid = params.num_tiles < ctx.sm_count ? params.num_tiles : ctx.sm_count;
-  params.section_heads = l2_section_heads(prob.batch, prob.heads_q, prob.heads_kv, prob.seqlen_k, prob.head_dim,
+  params.section_heads = l2_section_heads(prob.batch, pair_heads, prob.heads_kv, prob.seqlen_k, prob.head_dim,
                                           int(sizeof(T)), params.num_m_blocks, grid, has_masked_blocks(prob));
   // The work queue's counter (warp-specialized kernels; the others keep the static schedule).
   StreamBuffer own_counter(ctx.stream);
@@ -111,6 +126,11 @@ template <int kHeadDim, typename T, int kConsumers = fa3_consumers(kHeadDim)>
 Status launch_full(const detail::Problem& prob, const Context& ctx) {
   if (prob.head_dim < kHeadDim)
     return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers, false, true>, T>(prob, ctx);
+  if constexpr (fa3_packs_gqa(kHeadDim)) {
+    const int group = fa3_pack_group(prob, 64 * kConsumers);
+    if (group > 1)
+      return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers, false, false, true>, T>(prob, ctx, group);
+  }
   return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers>, T>(prob, ctx);
 }
 

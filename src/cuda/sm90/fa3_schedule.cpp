@@ -35,4 +35,13 @@ int l2_section_heads(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t s
   return int(std::min(pairs, std::min(wanted, cap) * group));
 }
 
+int gqa_pack_group(int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int block_m) {
+  if (heads_kv <= 0 || heads_q <= heads_kv || heads_q % heads_kv != 0 || block_m <= 0) return 1;
+  const int64_t g = heads_q / heads_kv;
+  if (g > block_m || block_m % g != 0 || seqlen_q > (int64_t(1) << 30) / g) return 1;
+  const int64_t unpacked = heads_q * ceil_div(seqlen_q, block_m);
+  const int64_t packed = heads_kv * ceil_div(seqlen_q * g, block_m);
+  return packed < unpacked ? int(g) : 1;
+}
+
 }  // namespace flashattn::cuda::fa3

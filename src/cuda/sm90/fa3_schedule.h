@@ -42,4 +42,11 @@ constexpr int kGridCtasPerSectionPair = 4;
 int l2_section_heads(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_k, int64_t head_dim,
                      int elem_bytes, int num_m_blocks, int grid, bool unequal_tiles);
 
+// GQA packing (Fa3Config::kPackGqa): the G = heads_q / heads_kv query heads of a KV head share one tile's
+// block_m rows, token-major, where that takes fewer tiles than one tile row per query token and head, i.e.
+// where a head's seqlen_q tokens leave its last tile partly empty (decode-like and short queries; an exact
+// multiple of block_m gains nothing). G must be > 1 and divide block_m (the Q box is G heads x block_m / G
+// tokens), and seqlen_q x G must stay far inside int. Returns G, or 1 for no packing.
+int gqa_pack_group(int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int block_m);
+
 }  // namespace flashattn::cuda::fa3
