@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <iostream>
 #include <random>
 #include <string>
@@ -43,6 +44,27 @@ constexpr const char* kFa2BackwardPrefix = "fa2_bwd_sm80_";
 
 Case fa3_case(std::string name, DType dtype, int64_t d, int64_t sq, int64_t sk) {
   return fat::forward_case(fat::fa3_algo(), std::move(name), dtype, d, sq, sk);
+}
+
+// One shape of a kernel-selection table: run contiguous and with padded rows (the padding must stay
+// untouched), each against the reference, with the kernel's name read back.
+struct KernelShape {
+  DType dtype;
+  int64_t d, sq, sk, hq, hkv;
+  bool causal;
+  const char* kernel;
+};
+void check_kernel_shapes(const std::string& name, std::initializer_list<KernelShape> shapes) {
+  for (const KernelShape& v : shapes) {
+    for (fat::Layout layout : {fat::Layout::kContiguous, fat::Layout::kPadded}) {
+      Case c = fa3_case(name, v.dtype, v.d, v.sq, v.sk);
+      c.heads_q = v.hq;
+      c.heads_kv = v.hkv;
+      c.causal = v.causal;
+      c.layout = layout;
+      fat::check_forward_case(c, v.kernel);
+    }
+  }
 }
 
 constexpr int kPoisonByte = 0xFF;  // all-ones is NaN in bf16 and fp32
@@ -275,29 +297,16 @@ TEST(Fa3Forward, HeadDim64TileRowsByShape) {
 // stay untouched), GQA, a window, softcap and a varlen batch.
 TEST(Fa3Forward, HeadDimsBetweenKernelSizes) {
   FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
-  struct Shape {
-    DType dtype;
-    int64_t d, sq, sk;
-    bool causal;
-    const char* kernel;
-  };
-  for (const Shape& v : {Shape{DType::kBFloat16, 96, 300, 300, false, "fa3_fwd_sm90_bf16_hd128_m128n128_d96"},
-                         Shape{DType::kFloat16, 96, 257, 520, true, "fa3_fwd_sm90_fp16_hd128_m128n128_d96"},
-                         Shape{DType::kBFloat16, 192, 200, 333, true, "fa3_fwd_sm90_bf16_hd256_m128n64_d192"},
-                         Shape{DType::kFloat16, 192, 129, 64, false, "fa3_fwd_sm90_fp16_hd256_m128n64_d192"},
-                         Shape{DType::kBFloat16, 40, 250, 250, true, "fa3_fwd_sm90_bf16_hd64_m128n128_d40"},
-                         Shape{DType::kFloat16, 8, 400, 190, false, "fa3_fwd_sm90_fp16_hd64_m192n128_d8"},
-                         Shape{DType::kBFloat16, 136, 150, 150, false, "fa3_fwd_sm90_bf16_hd256_m128n64_d136"},
-                         Shape{DType::kFloat16, 248, 77, 300, true, "fa3_fwd_sm90_fp16_hd256_m128n64_d248"}}) {
-    for (fat::Layout layout : {fat::Layout::kContiguous, fat::Layout::kPadded}) {
-      Case c = fa3_case("partial-cols", v.dtype, v.d, v.sq, v.sk);
-      c.heads_q = 4;
-      c.heads_kv = 2;
-      c.causal = v.causal;
-      c.layout = layout;
-      fat::check_forward_case(c, v.kernel);
-    }
-  }
+  check_kernel_shapes("partial-cols", {
+      {DType::kBFloat16, 96, 300, 300, 4, 2, false, "fa3_fwd_sm90_bf16_hd128_m128n128_d96"},
+      {DType::kFloat16, 96, 257, 520, 4, 2, true, "fa3_fwd_sm90_fp16_hd128_m128n128_d96"},
+      {DType::kBFloat16, 192, 200, 333, 4, 2, true, "fa3_fwd_sm90_bf16_hd256_m128n64_d192"},
+      {DType::kFloat16, 192, 129, 64, 4, 2, false, "fa3_fwd_sm90_fp16_hd256_m128n64_d192"},
+      {DType::kBFloat16, 40, 250, 250, 4, 2, true, "fa3_fwd_sm90_bf16_hd64_m128n128_d40"},
+      {DType::kFloat16, 8, 400, 190, 4, 2, false, "fa3_fwd_sm90_fp16_hd64_m192n128_d8"},
+      {DType::kBFloat16, 136, 150, 150, 4, 2, false, "fa3_fwd_sm90_bf16_hd256_m128n64_d136"},
+      {DType::kFloat16, 248, 77, 300, 4, 2, true, "fa3_fwd_sm90_fp16_hd256_m128n64_d248"},
+  });
   Case w = fa3_case("partial-cols-window-softcap", DType::kBFloat16, 96, 300, 400);
   w.window_left = 70;
   w.window_right = 10;
@@ -319,30 +328,17 @@ TEST(Fa3Forward, HeadDimsBetweenKernelSizes) {
 // empty through the packed addresses), and shapes that must not pack (the name says which ran).
 TEST(Fa3Forward, GqaPackedTiles) {
   FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
-  struct Shape {
-    DType dtype;
-    int64_t d, sq, sk, hq, hkv;
-    bool causal;
-    const char* kernel;
-  };
-  for (const Shape& v : {Shape{DType::kBFloat16, 128, 1, 300, 16, 2, true, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa8"},
-                         Shape{DType::kFloat16, 128, 1, 1000, 16, 2, false, "fa3_fwd_sm90_fp16_hd128_m128n128_gqa8"},
-                         Shape{DType::kFloat16, 64, 5, 700, 32, 8, false, "fa3_fwd_sm90_fp16_hd64_m192n128_gqa4"},
-                         Shape{DType::kBFloat16, 64, 33, 33, 16, 2, true, "fa3_fwd_sm90_bf16_hd64_m128n128_gqa8"},
-                         Shape{DType::kBFloat16, 64, 7, 2000, 8, 2, true, "fa3_fwd_sm90_bf16_hd64_m192n128_gqa4"},
-                         Shape{DType::kFloat16, 128, 37, 290, 8, 1, true, "fa3_fwd_sm90_fp16_hd128_m128n128_gqa8"},
-                         Shape{DType::kFloat16, 128, 17, 400, 12, 4, true, "fa3_fwd_sm90_fp16_hd128_m128n128"},
-                         Shape{DType::kBFloat16, 128, 128, 256, 8, 2, false, "fa3_fwd_sm90_bf16_hd128_m128n128"},
-                         Shape{DType::kBFloat16, 256, 1, 300, 16, 2, true, "fa3_fwd_sm90_bf16_hd256_m128n64"}}) {
-    for (fat::Layout layout : {fat::Layout::kContiguous, fat::Layout::kPadded}) {
-      Case c = fa3_case("gqa-packed", v.dtype, v.d, v.sq, v.sk);
-      c.heads_q = v.hq;
-      c.heads_kv = v.hkv;
-      c.causal = v.causal;
-      c.layout = layout;
-      fat::check_forward_case(c, v.kernel);
-    }
-  }
+  check_kernel_shapes("gqa-packed", {
+      {DType::kBFloat16, 128, 1, 300, 16, 2, true, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa8"},
+      {DType::kFloat16, 128, 1, 1000, 16, 2, false, "fa3_fwd_sm90_fp16_hd128_m128n128_gqa8"},
+      {DType::kFloat16, 64, 5, 700, 32, 8, false, "fa3_fwd_sm90_fp16_hd64_m192n128_gqa4"},
+      {DType::kBFloat16, 64, 33, 33, 16, 2, true, "fa3_fwd_sm90_bf16_hd64_m128n128_gqa8"},
+      {DType::kBFloat16, 64, 7, 2000, 8, 2, true, "fa3_fwd_sm90_bf16_hd64_m192n128_gqa4"},
+      {DType::kFloat16, 128, 37, 290, 8, 1, true, "fa3_fwd_sm90_fp16_hd128_m128n128_gqa8"},
+      {DType::kFloat16, 128, 17, 400, 12, 4, true, "fa3_fwd_sm90_fp16_hd128_m128n128"},
+      {DType::kBFloat16, 128, 128, 256, 8, 2, false, "fa3_fwd_sm90_bf16_hd128_m128n128"},
+      {DType::kBFloat16, 256, 1, 300, 16, 2, true, "fa3_fwd_sm90_bf16_hd256_m128n64"},
+  });
   Case w = fa3_case("gqa-packed-window-softcap", DType::kBFloat16, 128, 100, 100);
   w.heads_q = 8;
   w.heads_kv = 1;
