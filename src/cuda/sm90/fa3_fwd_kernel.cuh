@@ -136,12 +136,12 @@ __device__ __forceinline__ void load_q(Fa3Shared<Cfg, T>& sm, const Fa3Params& p
     for (int c = 0; c < Cfg::kColBlocks; ++c)
       sm90::tma_load_5d(sm.q[b] + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full[b],
                         c * sm90::kSwizzleElems, 0, w.kv_head, w.q_row, w.batch_coord);
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int c = 0; c < Cfg::kColBlocks; ++c)
-    sm90::tma_load_4d(sm.q[b] + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full[b],
-                      c * sm90::kSwizzleElems, w.q_row, w.head, w.batch_coord);
+    for (int c = 0; c < Cfg::kColBlocks; ++c)
+      sm90::tma_load_4d(sm.q[b] + c * Cfg::kBlockM * sm90::kSwizzleElems, &p.tm_q, &sm.q_full[b],
+                        c * sm90::kSwizzleElems, w.q_row, w.head, w.batch_coord);
+  }
 }
 
 // A tile without keys (or rows) loads no Q but still takes its Q phase, so that tile t's phase stays what
