@@ -67,6 +67,15 @@ Status resolve(const Problem& p, const cuda::Context& ctx, Algorithm* algo, std:
       {Algorithm::kFA1, cuda::fa1_supports, cuda::fa1_supports},
       {Algorithm::kStandard, cuda::standard_supports, cuda::standard_supports},
   };
+  // A forward call of few query rows per KV head: the split-KV kernel (reported as fa2, whose kernel
+  // family it belongs to), see decode_takes_forward.
+  if (*algo == Algorithm::kAuto) {
+    KVCacheProblem kv;
+    if (cuda::decode_takes_forward(p, ctx, &kv, kernel)) {
+      *algo = Algorithm::kFA2;
+      return Status::Ok();
+    }
+  }
   Status first_error;
   for (const Entry& e : kEntries) {
     if (*algo != Algorithm::kAuto && *algo != e.algo) continue;
@@ -146,6 +155,8 @@ Status cuda_forward(const Problem& p, RunInfo* info) {
   cuda::Context ctx;
   Status s = make_context(p.device_index, p.stream, &ctx);
   if (!s.ok()) return s;
+  KVCacheProblem kv;
+  if (cuda::decode_takes_forward(p, ctx, &kv, nullptr)) return cuda::decode_forward(kv, ctx);
   switch (info->algorithm) {
     case Algorithm::kStandard: return cuda::standard_forward(p, ctx);
     case Algorithm::kFA1: return cuda::fa1_forward(p, ctx);

@@ -3,7 +3,8 @@
 // with every other cache byte unchanged, GQA/MQA, causal / window / softcap, forced and heuristic split
 // counts, a 131072-key sequence, repeated calls on one stream (the merge tickets must return to zero), and
 // refusals that write nothing; with check_indices off (trusted device indices: no host round trip, a CUDA
-// graph recording, bad indices clamped). Fresh seeded inputs every run; out and lse poisoned before every call.
+// graph recording, bad indices clamped); and forward() with `auto` on few query rows, which runs the same
+// kernels on full caches. Fresh seeded inputs every run; out and lse poisoned before every call.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include "device_case.h"
 #include "device_tensor.h"
 #include "flashattn/kvcache.h"
+#include "forward_check.h"
 
 namespace fa = flashattn;
 using fa::DType;
@@ -476,6 +478,100 @@ TEST(DecodeHeuristic, WideKernelWhileTheTilesFitOneWaveOfIt) {
   EXPECT_FALSE(use_wide_kernel(0, 132, 1));
   EXPECT_FALSE(use_wide_kernel(8, 132, 0)) << "a wide kernel that fits no SM";
   EXPECT_TRUE(use_wide_kernel(1, 0, 1)) << "a device that reports no SMs counts as one";
+}
+
+// forward() with `auto` where a KV head has at most kForwardMaxRows query rows (group x seqlen_q) and no
+// varlen: the split-KV kernel on full caches, against the reference with outputs poisoned, contiguous and
+// with padded rows: decode-like single tokens, a few causal tokens, the limit itself, more queries than keys
+// (rows that see no key), many splits, every kernel head dim and one that pads up, window + softcap,
+// a negative scale, no lse.
+TEST(DecodeGpuForward, AutoRunsFewQueryRowsOnTheSplitKvKernel) {
+  FA_SKIP_WITHOUT_GPU();
+  namespace fat = fa::testing;
+  constexpr int64_t kLimit = fa::cuda::decode::kForwardMaxRows;
+  struct Shape {
+    DType dtype;
+    int64_t d, batch, sq, sk, hq, hkv;
+    bool causal;
+  };
+  for (const Shape& v : {Shape{DType::kBFloat16, 128, 2, 1, 8192, 32, 8, false},
+                         Shape{DType::kFloat16, 128, 1, 3, 3000, 16, 2, true},
+                         Shape{DType::kBFloat16, 64, 3, kLimit / 4, 700, 8, 2, true},
+                         Shape{DType::kFloat16, 256, 1, 2, 517, 4, 4, false},
+                         Shape{DType::kBFloat16, 96, 2, 7, 5, 8, 8, true},
+                         Shape{DType::kFloat16, 40, 1, 1, 33000, 4, 1, false}}) {
+    for (fat::Layout layout : {fat::Layout::kContiguous, fat::Layout::kPadded}) {
+      fat::CaseSpec c;
+      c.label = "forward-few-rows";
+      c.dtype = v.dtype;
+      c.head_dim = v.d;
+      c.batch = v.batch;
+      c.seqlen_q = v.sq;
+      c.seqlen_k = v.sk;
+      c.heads_q = v.hq;
+      c.heads_kv = v.hkv;
+      c.causal = v.causal;
+      c.layout = layout;
+      c.with_backward = false;
+      fat::check_forward_case(c, kKernelPrefix);
+    }
+  }
+  fat::CaseSpec w;
+  w.label = "forward-few-rows-window-softcap";
+  w.dtype = DType::kBFloat16;
+  w.head_dim = 128;
+  w.seqlen_q = 4;
+  w.seqlen_k = 900;
+  w.heads_q = 8;
+  w.heads_kv = 2;
+  w.window_left = 100;
+  w.window_right = 0;
+  w.softcap = 15.0f;
+  w.with_backward = false;
+  fat::check_forward_case(w, kKernelPrefix);
+  w.label = "forward-few-rows-negative-scale-no-lse";
+  w.window_left = w.window_right = -1;
+  w.softcap = 0.0f;
+  w.scale = -0.1f;
+  w.with_lse = false;
+  fat::check_forward_case(w, kKernelPrefix);
+}
+
+// One row past the limit, a varlen batch and a named algorithm keep the query-tile kernels.
+TEST(DecodeGpuForward, MoreRowsVarlenOrANamedAlgorithmKeepTheTileKernels) {
+  FA_SKIP_WITHOUT_GPU();
+  namespace fat = fa::testing;
+  auto kernel_of = [](const fat::CaseSpec& c) {
+    std::mt19937_64 rng(fat::next_forward_seed());
+    fat::HostCase h(c, rng);
+    fa::RunInfo info;
+    const fa::Status s = fa::check_supported(fat::DeviceCase(h).forward_args(), &info);
+    EXPECT_TRUE(s.ok()) << c.name() << ": " << s.to_string();
+    return info.kernel;
+  };
+  fat::CaseSpec c;
+  c.label = "forward-past-the-limit";
+  c.dtype = DType::kBFloat16;
+  c.head_dim = 128;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.seqlen_q = fa::cuda::decode::kForwardMaxRows / 4;
+  c.seqlen_k = 500;
+  c.with_backward = false;
+  EXPECT_EQ(kernel_of(c).rfind(kKernelPrefix, 0), 0u) << kernel_of(c);
+  c.seqlen_q += 1;
+  EXPECT_NE(kernel_of(c).rfind(kKernelPrefix, 0), 0u) << kernel_of(c);
+  fat::check_forward_case(c, "fa");
+  c.label = "forward-varlen";
+  c.seqlen_q = 1;
+  c.lens_q = {1, 1};
+  c.lens_k = {300, 40};
+  EXPECT_NE(kernel_of(c).rfind(kKernelPrefix, 0), 0u) << kernel_of(c);
+  c.label = "forward-named-fa2";
+  c.lens_q.clear();
+  c.lens_k.clear();
+  c.algorithm = fa::Algorithm::kFA2;
+  EXPECT_EQ(kernel_of(c).rfind("fa2_fwd_sm80_", 0), 0u) << kernel_of(c);
 }
 
 // With check_indices off the host never sees the lengths: the heuristic is fed the capacity instead.

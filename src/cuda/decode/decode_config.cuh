@@ -96,8 +96,10 @@ struct IndexLimits {
   int max_cached;  // cache_seqlens[b] in [0, capacity - seqlen_new]
   int max_page;    // paged: block_table entries in [0, num_pages - 1]
 
-  // (Plain comparisons: host-only files include this header too.)
+  // (Plain comparisons: host-only files include this header too.) cache_seqlens nullptr: every cache is
+  // full (a forward call of few query rows run as a KV-cache call, cuda::decode_takes_forward).
   __device__ __forceinline__ int cached(const int32_t* cache_seqlens, int b) const {
+    if (cache_seqlens == nullptr) return max_cached;
     const int n = cache_seqlens[b];
     return n < 0 ? 0 : (n > max_cached ? max_cached : n);
   }
@@ -121,7 +123,7 @@ struct DecodeParams {
   TensorParams q, out;
   TensorParams lse;  // ptr nullptr: not requested; else [batch, heads_q, seqlen_q] fp32
   CacheParams k_cache, v_cache;
-  const int32_t* cache_seqlens;  // device: cached tokens before the call (read through limits)
+  const int32_t* cache_seqlens;  // device: cached tokens before the call (read through limits); nullptr: full
   const int32_t* block_table;    // device (entries read through limits); nullptr: contiguous cache
   int64_t block_table_row_stride;
   int page_size;

@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/numeric.h"
 #include "cuda/common/cuda_check.h"
@@ -175,6 +176,44 @@ Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std:
     *kernel = std::string("fa2_decode_splitkv_sm80_") + dtype_tag(p.dtype) + "_hd" + std::to_string(k.head_dim) +
               (k.warps == 4 ? "" : "_w" + std::to_string(k.warps));
   return Status::Ok();
+}
+
+bool decode_takes_forward(const detail::Problem& p, const Context& ctx, detail::KVCacheProblem* kv,
+                          std::string* kernel) {
+  if (p.backward || p.varlen || p.algorithm != Algorithm::kAuto || p.seqlen_k == 0 ||
+      p.group() * p.seqlen_q > decode::kForwardMaxRows)
+    return false;
+  auto cache = [](const detail::Strided& t) {
+    return detail::CacheStrided{t.ptr, t.batch_stride, t.row_stride, t.head_stride};
+  };
+  detail::KVCacheProblem c;
+  c.dtype = p.dtype;
+  c.device = p.device;
+  c.device_index = p.device_index;
+  c.batch = p.batch;
+  c.heads_q = p.heads_q;
+  c.heads_kv = p.heads_kv;
+  c.head_dim = p.head_dim;
+  c.seqlen_q = p.seqlen_q;
+  c.capacity = p.seqlen_k;
+  // Every sequence holds seqlen_k keys: no lengths anywhere (the kernels read a null cache_seqlens as
+  // full caches, and max_len_k() as capacity).
+  c.indices_on_host = false;
+  c.q = p.q;
+  c.out = p.out;
+  c.lse = p.lse;
+  c.k_cache = cache(p.k);
+  c.v_cache = cache(p.v);
+  c.scale = p.scale;
+  c.softcap = p.softcap;
+  c.causal = p.causal;
+  c.window_left = p.window_left;
+  c.window_right = p.window_right;
+  c.backend = p.backend;
+  c.stream = p.stream;
+  if (!decode_supports(c, ctx, kernel).ok()) return false;
+  *kv = std::move(c);
+  return true;
 }
 
 Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {

@@ -21,4 +21,10 @@ int64_t heuristic_splits(int64_t tiles, int64_t max_len_k, int sm_count, int cta
 // tile in two. More tiles than that fill the 4-warp kernel's slots better (half-size CTAs balance the SMs).
 bool use_wide_kernel(int64_t tiles, int sm_count, int wide_ctas_per_sm);
 
+// Query rows per KV head (group x seqlen_q) up to which an `auto` forward call without varlen runs on the
+// split-KV kernel, as a KV-cache call on full caches (cuda::decode_takes_forward): there the query-tile
+// kernels (fa3, fa2) leave most of a 64- to 192-row tile empty and walk every key of a KV head with few
+// CTAs, while the split-KV kernel packs the rows into 16-row tiles and spreads the keys over the SMs.
+constexpr int64_t kForwardMaxRows = 64;
+
 }  // namespace flashattn::cuda::decode
