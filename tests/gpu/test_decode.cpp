@@ -495,7 +495,7 @@ TEST(DecodeGpuForward, AutoRunsFewQueryRowsOnTheSplitKvKernel) {
     bool causal;
   };
   for (const Shape& v : {Shape{DType::kBFloat16, 128, 2, 1, 8192, 32, 8, false},
-                         Shape{DType::kFloat16, 128, 1, 3, 3000, 16, 2, true},
+                         Shape{DType::kFloat16, 128, 1, 2, 3000, 16, 2, true},
                          Shape{DType::kBFloat16, 64, 3, kLimit / 4, 700, 8, 2, true},
                          Shape{DType::kFloat16, 256, 1, 2, 517, 4, 4, false},
                          Shape{DType::kBFloat16, 96, 2, 7, 5, 8, 8, true},

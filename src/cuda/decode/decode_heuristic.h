@@ -22,9 +22,12 @@ int64_t heuristic_splits(int64_t tiles, int64_t max_len_k, int sm_count, int cta
 bool use_wide_kernel(int64_t tiles, int sm_count, int wide_ctas_per_sm);
 
 // Query rows per KV head (group x seqlen_q) up to which an `auto` forward call without varlen runs on the
-// split-KV kernel, as a KV-cache call on full caches (cuda::decode_takes_forward): there the query-tile
-// kernels (fa3, fa2) leave most of a 64- to 192-row tile empty and walk every key of a KV head with few
-// CTAs, while the split-KV kernel packs the rows into 16-row tiles and spreads the keys over the SMs.
-constexpr int64_t kForwardMaxRows = 64;
+// split-KV kernel, as a KV-cache call on full caches (cuda::decode_takes_forward): one 16-row tile of it.
+// There the query-tile kernels (fa3, fa2) leave most of a 64- to 192-row tile empty and walk every key of
+// a KV head with one CTA, so a short batch runs on few SMs, while the split-KV kernel spreads the keys over
+// all of them (measured on an H100: 6.3x at batch 1 x 32768 keys, level where fa3's tiles fill the GPU).
+// With more rows each further row tile reads the keys again: 32 and 64 rows lost 6% and 39% against fa3
+// where its packed tiles covered half the SMs (docs/kvcache.md).
+constexpr int64_t kForwardMaxRows = 16;
 
 }  // namespace flashattn::cuda::decode
