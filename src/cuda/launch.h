@@ -51,7 +51,8 @@ Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant vari
 Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std::string* kernel);
 Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx);
 // Whether an `auto` forward call runs on the split-KV decode kernel (no varlen, forward only, at most
-// decode::kForwardMaxRows query rows per KV head, a kernel that takes it); if so, `kv` is the call as a
+// decode::kForwardMaxRows query rows per KV head, or kForwardMaxRowsFewPairs with few (batch, KV head)
+// pairs, a kernel that takes it); if so, `kv` is the call as a
 // KV-cache call on full caches (no lengths, no append) and `kernel` the kernel's name.
 bool decode_takes_forward(const detail::Problem& p, const Context& ctx, detail::KVCacheProblem* kv,
                           std::string* kernel);

@@ -537,7 +537,8 @@ TEST(DecodeGpuForward, AutoRunsFewQueryRowsOnTheSplitKvKernel) {
   fat::check_forward_case(w, kKernelPrefix);
 }
 
-// One row past the limit, a varlen batch and a named algorithm keep the query-tile kernels.
+// One row past the limit, a varlen batch and a named algorithm keep the query-tile kernels; with few
+// (batch, KV head) pairs the limit is kForwardMaxRowsFewPairs.
 TEST(DecodeGpuForward, MoreRowsVarlenOrANamedAlgorithmKeepTheTileKernels) {
   FA_SKIP_WITHOUT_GPU();
   namespace fat = fa::testing;
@@ -557,11 +558,19 @@ TEST(DecodeGpuForward, MoreRowsVarlenOrANamedAlgorithmKeepTheTileKernels) {
   c.heads_kv = 2;
   c.seqlen_q = fa::cuda::decode::kForwardMaxRows / 4;
   c.seqlen_k = 500;
+  c.batch = 40;  // 80 (batch, KV head) pairs: more than a quarter of any GPU's SMs this runs on
   c.with_backward = false;
   EXPECT_EQ(kernel_of(c).rfind(kKernelPrefix, 0), 0u) << kernel_of(c);
   c.seqlen_q += 1;
   EXPECT_NE(kernel_of(c).rfind(kKernelPrefix, 0), 0u) << kernel_of(c);
   fat::check_forward_case(c, "fa");
+  // Few (batch, KV head) pairs: up to kForwardMaxRowsFewPairs rows run on the split-KV kernel.
+  c.label = "forward-few-pairs";
+  c.batch = 1;
+  c.seqlen_q = fa::cuda::decode::kForwardMaxRowsFewPairs / 4;
+  fat::check_forward_case(c, kKernelPrefix);
+  c.seqlen_q += 1;
+  EXPECT_NE(kernel_of(c).rfind(kKernelPrefix, 0), 0u) << kernel_of(c);
   c.label = "forward-varlen";
   c.seqlen_q = 1;
   c.lens_q = {1, 1};

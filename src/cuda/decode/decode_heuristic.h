@@ -27,7 +27,12 @@ bool use_wide_kernel(int64_t tiles, int sm_count, int wide_ctas_per_sm);
 // a KV head with one CTA, so a short batch runs on few SMs, while the split-KV kernel spreads the keys over
 // all of them (measured on an H100: 6.3x at batch 1 x 32768 keys, level where fa3's tiles fill the GPU).
 // With more rows each further row tile reads the keys again: 32 and 64 rows lost 6% and 39% against fa3
-// where its packed tiles covered half the SMs (docs/kvcache.md).
+// where its packed tiles covered half the SMs, and gained 1.05-3.7x where they covered a quarter or less
+// (docs/kvcache.md).
 constexpr int64_t kForwardMaxRows = 16;
+// Up to this many rows per KV head the route also holds while the (batch, KV head) pairs number at most a
+// quarter of the SMs: each pair is then one tile of the query-tile kernels, which leave most SMs idle.
+constexpr int64_t kForwardMaxRowsFewPairs = 64;
+constexpr int kForwardPairsPerSmQuarter = 4;  // pairs * 4 <= SMs
 
 }  // namespace flashattn::cuda::decode
