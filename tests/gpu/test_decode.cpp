@@ -480,6 +480,24 @@ TEST(DecodeHeuristic, WideKernelWhileTheTilesFitOneWaveOfIt) {
   EXPECT_TRUE(use_wide_kernel(1, 0, 1)) << "a device that reports no SMs counts as one";
 }
 
+// The split-KV route of forward calls: one 16-row tile per KV head, or up to 64 rows while the (batch, KV
+// head) pairs number at most a quarter of the SMs.
+TEST(DecodeHeuristic, ForwardRowsTakeTheSplitKvRouteWhereTheTileKernelsIdle) {
+  using flashattn::cuda::decode::forward_rows_take_split_kv;
+  EXPECT_TRUE(forward_rows_take_split_kv(4, 64, 132)) << "batch 8 x 8 KV heads, one token of 4 heads each";
+  EXPECT_TRUE(forward_rows_take_split_kv(16, 100000, 132));
+  EXPECT_FALSE(forward_rows_take_split_kv(17, 64, 132));
+  EXPECT_FALSE(forward_rows_take_split_kv(64, 64, 132)) << "64 rows of 64 pairs lost to fa3 (0.61x)";
+  EXPECT_TRUE(forward_rows_take_split_kv(64, 33, 132)) << "a quarter of 132 SMs";
+  EXPECT_FALSE(forward_rows_take_split_kv(64, 34, 132));
+  EXPECT_TRUE(forward_rows_take_split_kv(32, 16, 132));
+  EXPECT_FALSE(forward_rows_take_split_kv(65, 1, 132));
+  EXPECT_FALSE(forward_rows_take_split_kv(0, 1, 132)) << "no query rows";
+  EXPECT_TRUE(forward_rows_take_split_kv(16, 1, 0)) << "a device that reports no SMs counts as one";
+  EXPECT_FALSE(forward_rows_take_split_kv(64, 1, 0)) << "one pair is more than a quarter of one SM";
+  EXPECT_TRUE(forward_rows_take_split_kv(64, 1, 4));
+}
+
 // forward() with `auto` where a KV head has at most kForwardMaxRows query rows (group x seqlen_q) and no
 // varlen: the split-KV kernel on full caches, against the reference with outputs poisoned, contiguous and
 // with padded rows: decode-like single tokens, a few causal tokens, the limit itself, more queries than keys

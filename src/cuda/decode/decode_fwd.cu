@@ -180,10 +180,8 @@ Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std:
 
 bool decode_takes_forward(const detail::Problem& p, const Context& ctx, detail::KVCacheProblem* kv,
                           std::string* kernel) {
-  const int64_t rows = p.group() * p.seqlen_q;
-  const bool few_pairs = p.batch * p.heads_kv * decode::kForwardPairsPerSmQuarter <= ctx.sm_count;
   if (p.backward || p.varlen || p.algorithm != Algorithm::kAuto || p.seqlen_k == 0 ||
-      rows > (few_pairs ? decode::kForwardMaxRowsFewPairs : decode::kForwardMaxRows))
+      !decode::forward_rows_take_split_kv(p.group() * p.seqlen_q, p.batch * p.heads_kv, ctx.sm_count))
     return false;
   auto cache = [](const detail::Strided& t) {
     return detail::CacheStrided{t.ptr, t.batch_stride, t.row_stride, t.head_stride};

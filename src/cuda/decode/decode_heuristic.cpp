@@ -26,4 +26,9 @@ bool use_wide_kernel(int64_t tiles, int sm_count, int wide_ctas_per_sm) {
   return wide_ctas_per_sm > 0 && tiles > 0 && tiles <= int64_t(std::max(1, sm_count)) * wide_ctas_per_sm;
 }
 
+bool forward_rows_take_split_kv(int64_t rows, int64_t pairs, int sm_count) {
+  const bool few_pairs = pairs * kForwardPairsPerSmQuarter <= int64_t(std::max(1, sm_count));
+  return rows > 0 && rows <= (few_pairs ? kForwardMaxRowsFewPairs : kForwardMaxRows);
+}
+
 }  // namespace flashattn::cuda::decode

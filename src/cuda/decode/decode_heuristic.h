@@ -35,4 +35,8 @@ constexpr int64_t kForwardMaxRows = 16;
 constexpr int64_t kForwardMaxRowsFewPairs = 64;
 constexpr int kForwardPairsPerSmQuarter = 4;  // pairs * 4 <= SMs
 
+// Whether a forward call with `rows` query rows per KV head and `pairs` (batch, KV head) pairs, on a device
+// of sm_count SMs, takes the split-KV route by the two bounds above.
+bool forward_rows_take_split_kv(int64_t rows, int64_t pairs, int sm_count);
+
 }  // namespace flashattn::cuda::decode
