@@ -155,8 +155,10 @@ Status cuda_forward(const Problem& p, RunInfo* info) {
   cuda::Context ctx;
   Status s = make_context(p.device_index, p.stream, &ctx);
   if (!s.ok()) return s;
+  // `auto` resolved to fa2 may be the split-KV route (resolve); no other resolution can be.
   KVCacheProblem kv;
-  if (cuda::decode_takes_forward(p, ctx, &kv, nullptr)) return cuda::decode_forward(kv, ctx);
+  if (info->algorithm == Algorithm::kFA2 && cuda::decode_takes_forward(p, ctx, &kv, nullptr))
+    return cuda::decode_forward(kv, ctx);
   switch (info->algorithm) {
     case Algorithm::kStandard: return cuda::standard_forward(p, ctx);
     case Algorithm::kFA1: return cuda::fa1_forward(p, ctx);

@@ -89,9 +89,10 @@ inline bool has_masked_blocks(const detail::Problem& p) {
 }
 
 template <typename Cfg, typename T>
-Status launch_config(const detail::Problem& prob, const Context& ctx, int pack_group = 1) {
+Status launch_config(const detail::Problem& prob, const Context& ctx) {
   static_assert(!Cfg::kPackGqa || !Cfg::kPartialCols, "GQA packing runs on the full-width kernels only");
-  if (Cfg::kPackGqa != (pack_group > 1)) return Status::Runtime("algorithm fa3: GQA packing and kernel disagree");
+  // Query heads per tile row group: launch_full takes a packed kernel only where this is > 1.
+  const int pack_group = Cfg::kPackGqa ? fa3_pack_group(prob, Cfg::kBlockM) : 1;
   Fa3Params params{};
   params.attn = make_params(prob);
   params.pack_group = pack_group;
@@ -127,9 +128,8 @@ Status launch_full(const detail::Problem& prob, const Context& ctx) {
   if (prob.head_dim < kHeadDim)
     return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers, false, true>, T>(prob, ctx);
   if constexpr (fa3_packs_gqa(kHeadDim)) {
-    const int group = fa3_pack_group(prob, 64 * kConsumers);
-    if (group > 1)
-      return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers, false, false, true>, T>(prob, ctx, group);
+    if (fa3_pack_group(prob, 64 * kConsumers) > 1)
+      return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers, false, false, true>, T>(prob, ctx);
   }
   return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers>, T>(prob, ctx);
 }
