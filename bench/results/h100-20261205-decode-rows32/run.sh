@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (trees made beforehand and carried: .ab/base, .ab/r32):
-#   bash scripts/ab_trees.sh .ab base r32=bench/results/gpu-20261205-decode-rows32/rows32.patch
-#   then on the GPU machine: bash bench/results/gpu-20261205-decode-rows32/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base r32=bench/results/h100-20261205-decode-rows32/rows32.patch
+#   then on the GPU machine: bash bench/results/h100-20261205-decode-rows32/run.sh $OUT
 # Builds both trees (sm_90a; r32 with its GPU tests), runs every decode GPU test and memcheck of the new one
 # on r32, then rounds of `flashattn run --kv-cache` on calls of more than 16 rows per KV head, the trees
 # alternating, and `flashattn run --algo fa3` on the same shapes as forward calls (LIMIT s in all, default 420).
