@@ -25,8 +25,8 @@
 # sanitizers, benchmark, interleaved and decode, are skipped with a "skipped" row when the time left is
 # below what they usually take on an H200; use it where the call is killed at a fixed limit).
 # summary.txt is rewritten after every step, so a check killed part way still leaves the steps it finished.
-# The summary ends with the fa3/fa2 table and the decode table, each beside the peers and ceilings, and the
-# interleaved tables.
+# The summary ends with the fa3/fa2 table and the decode table, each beside the peers and ceilings, the
+# interleaved tables and the performance targets read off the run (bench/targets.py; a report, never a failure).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -89,6 +89,7 @@ write_summary() {
     if [ -f "$TMP/compare.txt" ]; then echo; cat "$TMP/compare.txt"; fi
     if [ -f "$TMP/decode_compare.txt" ]; then echo; cat "$TMP/decode_compare.txt"; fi
     for f in "$TMP"/interleaved_fwd.txt "$TMP"/interleaved_bwd.txt; do [ -f "$f" ] && { echo; cat "$f"; }; done
+    if [ -f "$TMP/targets.txt" ]; then echo; cat "$TMP/targets.txt"; fi
   } >"$SUMMARY"
 }
 row() { ROWS+=("$(printf '%-20s %-8s %s' "$1" "$2" "$3")"); write_summary "running"; }
@@ -374,6 +375,13 @@ elif time_for decode 50; then
   fi
   if [ $dec_test_rc -eq 0 ] && [ $dec_bench_rc -eq 0 ]; then row decode ok "tests and bench ($(elapsed "$t0"))"
   else row decode FAILED "tests rc $dec_test_rc, bench rc $dec_bench_rc (tests.log)"; fi
+fi
+
+# ---- targets: the performance targets read off this run's bench.json and decode.json (bench/targets.py) ----
+# A report at the end of the summary, not a step: a missed target does not fail the check.
+if [ -f "$BENCH_JSON" ] || [ -f "$OUT/decode.json" ]; then
+  python3 "$ROOT/bench/targets.py" "$OUT" >"$TMP/targets.txt" 2>&1 ||
+    echo "bench/targets.py failed (rc $?)" >>"$TMP/targets.txt"
 fi
 
 # ---- summary ---------------------------------------------------------------------------------------------

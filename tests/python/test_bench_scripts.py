@@ -1,6 +1,6 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
 the median of the timed calls), the commit the merged results record, and the merged decode table; the
-profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
+targets report of bench/targets.py; the profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
 scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh, the source trees
 of scripts/ab_trees.sh and the probe of scripts/fa3_probe.sh; and the SASS counts and the overlap check of
 scripts/gpu_check.sh (scripts/sass_counts.awk, scripts/sass_overlap.awk)."""
@@ -31,6 +31,7 @@ import launch_gaps  # noqa: E402
 import ncu_stalls  # noqa: E402
 import peer_kernels  # noqa: E402
 import peers_sdpa  # noqa: E402
+import targets  # noqa: E402
 
 
 class FakeTorch:
@@ -562,3 +563,62 @@ def test_ab_trees_extracts_the_commit_applies_patches_and_stops_on_one_that_does
                          text=True)
     assert run.returncode == 1 and "does not apply" in run.stderr
     assert not (tmp_path / "ab" / "twice").exists()
+
+
+def _sweep_row(direction, d, n, causal, **ratios):
+    row = {"direction": direction, "d": d, "N": n, "causal": causal}
+    row.update(ratios)
+    return row
+
+
+def test_targets_read_a_results_folder(tmp_path, capsys):
+    bench = {
+        "gpu": "NVIDIA H200", "commit": "abc1234", "date": "2026-12-05",
+        "ceil": {"gemm_bf16_tflops": 700.0},
+        "table": [
+            _sweep_row("fwd", 128, 512, False, fa2_over_flash=1.01, fa3_over_cudnn=0.94),
+            _sweep_row("fwd", 128, 1024, True, fa2_over_flash=0.98, fa3_over_cudnn=1.12),
+            dict(_sweep_row("fwd", 128, 8192, False, fa2_over_flash=1.02, fa3_over_cudnn=1.05), fa3_tflops=730.0),
+            _sweep_row("bwd", 64, 4096, False, fa2_over_flash=1.03),
+        ],
+        "fa2_vs_standard": [{"direction": "fwd", "d": 128, "causal": False, "speedup": 3.2},
+                            {"direction": "bwd", "d": 128, "causal": False, "speedup": 1.9}],
+    }
+    decode = {"gpu": {"name": "NVIDIA H200"}, "commit": "abc1234", "table": [
+        {"b": 1, "seqlen_k": 32768, "layout": "contiguous", "ours_TBps": 3.5, "ratio_cudnn": 1.05},
+        {"b": 1, "seqlen_k": 32768, "layout": "paged", "ours_TBps": 3.0},
+        {"b": 64, "seqlen_k": 4096, "layout": "contiguous", "ours_TBps": 4.3, "ratio_cudnn": 0.99},
+        {"b": 64, "seqlen_k": 4096, "layout": "paged", "ours_TBps": 4.2},
+    ]}
+    (tmp_path / "bench.json").write_text(json.dumps(bench))
+    (tmp_path / "decode.json").write_text(json.dumps(decode))
+    out = tmp_path / "targets.json"
+    assert targets.main([str(tmp_path), "--json", str(out)]) == 0
+    got = {t["target"]: t for t in json.loads(out.read_text())["targets"]}
+    by_start = lambda text: next(t for name, t in got.items() if name.startswith(text))  # noqa: E731
+    assert not by_start("fa2 fwd")["met"] and by_start("fa2 fwd")["misses"] == ["d 128 N 1024 causal 0.980"]
+    assert by_start("fa2 bwd")["met"]
+    assert by_start("fa2 >= 3x")["misses"] == ["bwd d 128 non-causal 1.90x"]
+    # From N 1024 only the N 8192 row misses 1.10x; at N 512 the one row misses 0.95x.
+    assert by_start("fa3 >= 1.10x")["misses"] == ["d 128 N 8192 non-causal 1.050"]
+    assert by_start("fa3 >= 0.95x")["misses"] == ["d 128 N 512 non-causal 0.940"]
+    assert by_start("fa3 >= 720")["met"]
+    assert by_start("decode >= 3.9")["misses"] == ["1 x 32768 3.50 TB/s"]
+    assert by_start("decode never below")["misses"] == ["64 x 4096 0.990x"]
+    assert by_start("decode paged")["misses"] == ["1 x 32768 0.857"]
+    assert "the targets were set on an H200" not in capsys.readouterr().out
+
+    # A separate-mode file decides the ratio targets it covers, and names itself as the source.
+    separate = {"benchmark": "interleaved", "mode": "separate", "direction": "fwd", "algo": "fa3", "peer": "cudnn",
+                "commit": "def5678", "rows": [{"d": 128, "N": 512, "causal": False, "ratio": 0.97},
+                                              {"d": 128, "N": 8192, "causal": False, "ratio": 1.11}]}
+    (tmp_path / "fwd-fa3-cudnn-separate.json").write_text(json.dumps(separate))
+    assert targets.main([str(tmp_path), "--json", str(out)]) == 0
+    got = {t["target"]: t for t in json.loads(out.read_text())["targets"]}
+    assert by_start("fa3 >= 1.10x")["met"] and by_start("fa3 >= 0.95x")["met"]
+    assert "fwd-fa3-cudnn-separate.json, commit def5678" in by_start("fa3 >= 1.10x")["source"]
+    assert not by_start("fa2 fwd")["met"]  # no separate file for fa2: the sweep still decides
+
+
+def test_targets_refuse_a_folder_without_results(tmp_path):
+    assert targets.main([str(tmp_path)]) == 2
