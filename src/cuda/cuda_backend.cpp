@@ -194,14 +194,12 @@ Status cuda_forward_fa3_ablation(const Problem& p, int variant, RunInfo* info) {
   Status s = make_context(p.device_index, p.stream, &ctx);
   if (!s.ok()) return s;
   std::string kernel;
-  s = cuda::fa3_supports(p, ctx, &kernel);
+  s = cuda::fa3_supports(p, ctx, &kernel, static_cast<cuda::Fa3Variant>(variant));
   if (!s.ok()) return s;
   const auto v = static_cast<Fa3Ablation>(variant);
   info->backend = Backend::kCUDA;
   info->algorithm = Algorithm::kFA3;
-  // fa3_supports names the full kernel; a variant's name adds which overlap it compiles out. The variants
-  // do not pack GQA tiles (Fa3Config::kPackGqa), so their names drop that part.
-  if (v != Fa3Ablation::kFull && kernel.find("_gqa") != std::string::npos) kernel.erase(kernel.find("_gqa"));
+  // A variant's name adds which overlap it compiles out to the tile shape fa3_supports names.
   info->kernel = v == Fa3Ablation::kFull ? kernel : kernel + "_" + to_string(v);
   return cuda::fa3_forward(p, ctx, static_cast<cuda::Fa3Variant>(variant));
 }

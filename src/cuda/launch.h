@@ -44,6 +44,8 @@ enum class Fa3Variant { kFull, kNoWarpSpecialization, kNoPingPong, kNoIntraWarpg
 // compute capability 9.0: where fa3 can run at all. Empty `why` when it can.
 bool fa3_runs_on(int cc_major, int cc_minor, std::string* why);
 Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* kernel);
+// The same, naming the kernel `variant` runs: the ablation variants never pack GQA tiles.
+Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* kernel, Fa3Variant variant);
 Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant variant = Fa3Variant::kFull);
 
 // KV-cache attention (decode): split-KV with packed GQA and an in-kernel LSE merge, after an append kernel

@@ -157,7 +157,7 @@ bool fa3_runs_on(int cc_major, int cc_minor, std::string* why) {
   return false;
 }
 
-Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* kernel) {
+Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* kernel, Fa3Variant variant) {
   if (p.backward)
     return Status::NotSupported("algorithm fa3: the Hopper kernel is forward only; the backward runs on fa2");
   std::string why;
@@ -189,10 +189,14 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
     *kernel = std::string("fa3_fwd_sm90_") + dtype_tag(p.dtype) + "_hd" + std::to_string(d) + "_m" +
               std::to_string(64 * fa3::fa3_consumers(p)) + "n" + std::to_string(fa3::fa3_block_n(d));
     if (p.head_dim != d) *kernel += "_d" + std::to_string(p.head_dim);  // its partial-column form
-    const int group = fa3::fa3_pack_group(p, 64 * fa3::fa3_consumers(p));
+    const int group = variant == Fa3Variant::kFull ? fa3::fa3_pack_group(p, 64 * fa3::fa3_consumers(p)) : 1;
     if (group > 1) *kernel += "_gqa" + std::to_string(group);  // GQA-packed tiles
   }
   return Status::Ok();
+}
+
+Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* kernel) {
+  return fa3_supports(p, ctx, kernel, Fa3Variant::kFull);
 }
 
 Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant variant) {
