@@ -266,10 +266,59 @@ TEST(DecodeGpuKernels, WideAndFourWarpHd128KernelsMatchTheReference) {
       const KVExpected e = expected_for(c);
       std::string kernel;
       ASSERT_NO_FATAL_FAILURE(run_on_gpu(&c, nullptr, true, &kernel));
-      const bool wide = kernel.size() > 3 && kernel.compare(kernel.size() - 3, 3, "_w8") == 0;
+      // The wide kernel's name ends in "_w8", or "_w8_c<splits>" where its splits merge in clusters.
+      const bool wide = kernel.find("_hd128_w8") != std::string::npos;
       EXPECT_EQ(wide, has_wide && batch * s.heads_kv <= sms) << kernel;
       expect_result(c, e);
     }
+  }
+}
+
+// sm90: the wide kernel merges a tile's splits (up to 16) inside one thread block cluster over distributed
+// shared memory when every tile's cluster fits on the device at once; the name ends in "_c<splits>" then.
+// Cluster sizes 2, 7 and 16 (past the portable 8), one and two row tiles with padding rows, contiguous and
+// paged caches, padded head dim 96, and lengths that leave some CTAs of a cluster without keys (0, 1, 300).
+TEST(DecodeGpuKernels, ClusterMergeMatchesTheReference) {
+  FA_SKIP_WITHOUT_GPU();
+  namespace dk = flashattn::cuda::decode;
+  const dk::DecodeKernel wide = dk::decode_kernel_hd128_wide();
+  int smem_optin = 0, major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (smem_optin < wide.smem_bytes) GTEST_SKIP() << "no wide head-dim-128 decode kernel on this device";
+  const uint64_t seed = announce_seed("cluster merge");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  struct Case {
+    int splits;
+    int64_t seqlen_q, page_size, head_dim;
+  };
+  for (const Case k : {Case{2, 1, 0, 128}, Case{7, 7, 16, 128}, Case{16, 1, 0, 96}, Case{16, 7, 0, 128},
+                       Case{16, 1, 1, 128}}) {
+    KVCaseSpec s = decode_spec();
+    s.heads_q = 8;
+    s.heads_kv = 2;
+    s.num_splits = k.splits;
+    s.seqlen_q = k.seqlen_q;
+    s.page_size = k.page_size;
+    s.head_dim = k.head_dim;
+    s.cache_lens = {2049, 0, 300, 1};
+    SCOPED_TRACE(s.name());
+    HostKVCase c(s, rng);
+    const KVExpected e = expected_for(c);
+    std::string kernel;
+    ASSERT_NO_FATAL_FAILURE(run_on_gpu(&c, nullptr, true, &kernel));
+    const int64_t tiles = 4 * s.heads_kv * ((s.heads_q / s.heads_kv * s.seqlen_q + 15) / 16);
+    int fit = 0;
+    if (major >= 9) {
+      const fa::Status st = wide.cluster_fit(DType::kBFloat16, k.splits, &fit);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    const std::string suffix = "_w8_c" + std::to_string(k.splits);
+    const bool clustered = kernel.size() > suffix.size() &&
+                           kernel.compare(kernel.size() - suffix.size(), suffix.size(), suffix) == 0;
+    EXPECT_EQ(clustered, major >= 9 && fit >= tiles) << kernel << ", " << fit << " clusters fit";
+    expect_result(c, e);
   }
 }
 

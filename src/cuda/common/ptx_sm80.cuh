@@ -1,5 +1,6 @@
 // Thin wrappers over the sm80+ PTX instructions the FA2-style kernels use: cp.async, ldmatrix,
-// mma.sync m16n8k16 with fp32 accumulation, fast exp2, and 16-bit packing.
+// mma.sync m16n8k16 with fp32 accumulation, fast exp2, and 16-bit packing; and the few sm90 ones they take
+// where they run there (programmatic dependent launch, thread block clusters), guarded by __CUDA_ARCH__.
 //
 // Fragment layout of mma.sync.m16n8k16 (PTX ISA, "Matrix fragments for mma.m16n8k16"), lane = 4*g + t:
 //   A (16x16, row-major):  a0:(g, 2t..2t+1)  a1:(g+8, 2t..)  a2:(g, 2t+8..)  a3:(g+8, 2t+8..)
@@ -67,6 +68,49 @@ __device__ __forceinline__ void grid_dependents_may_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+
+// Thread block clusters (sm90+; the kernels that use them are launched with a cluster only on sm90, and trap
+// if ever run elsewhere). cluster_sync(): every thread of every CTA of the cluster arrives (release) and waits
+// (acquire), so shared-memory writes before it are visible to the whole cluster after it.
+// cluster_map(): the shared::cluster address of the same shared variable in the cluster's CTA `rank`.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t rank = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+#endif
+  return int(rank);
+}
+__device__ __forceinline__ uint32_t cluster_map(const void* smem, int rank) {
+  uint32_t addr = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(addr) : "r"(smem_addr(smem)), "r"(rank));
+#endif
+  return addr;
+}
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
+  float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ float4 ld_cluster_f32x4(uint32_t addr) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+#endif
+  return v;
 }
 
 // Asks L2 to fetch the 128-byte line holding `gmem` (a hint: no register or shared memory receives data, and

@@ -24,6 +24,8 @@ constexpr int kChunkElems = 8;     // 16-bit elements per 16-byte cp.async chunk
 constexpr int kElemBytes = 2;      // fp16 / bf16
 constexpr int kQPadElems = 8;      // 16 bytes of padding per shared Q row: conflict-free ldmatrix phases
 constexpr int kMaxSplits = 128;    // equals flashattn::kMaxKVSplits (static_assert in decode_fwd.cu)
+// The most splits of one tile that merge inside one thread block cluster (sm90's non-portable cluster limit).
+constexpr int kMaxClusterSplits = 16;
 // K/V bytes each CTA keeps in flight at least: with one or two CTAs per SM, tens of KB per SM are what
 // covers HBM latency at full bandwidth (Little's law: ~4 TB/s x ~1 us over 132 SMs).
 constexpr int kMinBytesInFlight = 32 * 1024;

@@ -1,6 +1,6 @@
 // Host side of the CUDA KV-cache (decode) path: which calls the split-KV kernels accept, the split count,
-// the workspace, and the launches (append, then attention with the in-kernel merge), all on the caller's
-// stream.
+// where the splits merge (workspace and tickets, or a thread block cluster on sm90), and the launches
+// (append, then attention with the in-kernel merge), all on the caller's stream.
 //
 // Kernel set: fp16 and bf16 x head dims {64, 128, 256}, and at head dim 128 a wide kernel (8 warps, one CTA
 // per SM) for calls with few tiles (decode::use_wide_kernel). A head dim that is a multiple of 8 below 256 runs on
@@ -11,7 +11,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "core/numeric.h"
@@ -34,6 +37,7 @@ static_assert(decode::kMaxSplits == kMaxKVSplits, "the kernel's split limit must
 
 constexpr int kMinComputeCapability = 8;      // cp.async, bf16 mma.sync
 constexpr int kMinPdlComputeCapability = 9;   // griddepcontrol (programmatic dependent launch)
+constexpr int kMinClusterComputeCapability = 9;  // thread block clusters, distributed shared memory
 constexpr int64_t kGridYZLimit = 65535;       // gridDim.y (KV heads x row tiles) and gridDim.z (batch)
 constexpr int64_t kCpAsyncAlignBytes = 16;
 constexpr int kAppendThreads = 256;
@@ -138,6 +142,52 @@ decode::AppendParams make_append_params(const detail::KVCacheProblem& p) {
   return a;
 }
 
+// How many clusters of `cluster` CTAs of the kernel's cluster form fit on the device at once (0 where the
+// query fails), asked once per device, dtype and size: the occupancy query costs more host time than a
+// short decode call can hide.
+int cluster_capacity(const DecodeKernel& k, DType dtype, int device, int cluster) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, int>, int> known;
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(k.launch_cluster), device, int(dtype), cluster);
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  int fit = 0;
+  if (!k.cluster_fit(dtype, cluster, &fit).ok()) {
+    fit = 0;
+    (void)cudaGetLastError();  // a refused query must not fail the call: it takes the ticket merge
+  }
+  known.emplace(key, fit);
+  return fit;
+}
+
+// What a supported call runs: the kernel, the split count, and where the splits merge.
+struct CallPlan {
+  DecodeKernel kernel;
+  int64_t tiles = 0;
+  int64_t splits = 1;
+  bool cluster = false;  // sm90: each tile's splits are one thread block cluster and merge inside it
+};
+
+// Prepares the kernel (its shared memory; CTAs per SM for the split rule) and plans the call. The splits of
+// a tile merge inside one thread block cluster where the kernel has that form and every tile's cluster fits
+// on the device at once (one wave, as the split rule plans); otherwise through the workspace, in the last CTA
+// of each tile to finish.
+Status plan_call(const detail::KVCacheProblem& p, const Context& ctx, CallPlan* plan) {
+  plan->kernel = kernel_for(p, ctx);
+  const DecodeKernel& k = plan->kernel;
+  int ctas_per_sm = 0;
+  const Status s = k.prepare(p.dtype, &ctas_per_sm);
+  if (!s.ok()) return s;
+  plan->tiles = tile_count(p);
+  plan->splits = p.num_splits > 0 ? p.num_splits
+                                  : decode::heuristic_splits(plan->tiles, p.max_len_k(), ctx.sm_count, ctas_per_sm);
+  plan->cluster = ctx.cc_major >= kMinClusterComputeCapability && k.launch_cluster != nullptr && plan->splits > 1 &&
+                  plan->splits <= decode::kMaxClusterSplits && p.seqlen_q > 0 &&
+                  cluster_capacity(k, p.dtype, ctx.device, int(plan->splits)) >= plan->tiles;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std::string* kernel) {
@@ -172,9 +222,15 @@ Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std:
     return Status::NotSupported("backend cuda: the decode kernel for head_dim " + std::to_string(k.head_dim) +
                                 " needs " + std::to_string(k.smem_bytes) + " bytes of shared memory per block, the "
                                 "device allows " + std::to_string(ctx.smem_optin));
-  if (kernel != nullptr)
+  if (kernel != nullptr) {
+    // The name says the form too: "_w8" the wide kernel, "_c<N>" its splits merged in clusters of N.
+    CallPlan plan;
+    s = plan_call(p, ctx, &plan);
+    if (!s.ok()) return s;
     *kernel = std::string("fa2_decode_splitkv_sm80_") + dtype_tag(p.dtype) + "_hd" + std::to_string(k.head_dim) +
-              (k.warps == 4 ? "" : "_w" + std::to_string(k.warps));
+              (k.warps == 4 ? "" : "_w" + std::to_string(k.warps)) +
+              (plan.cluster ? "_c" + std::to_string(plan.splits) : "");
+  }
   return Status::Ok();
 }
 
@@ -219,19 +275,17 @@ bool decode_takes_forward(const detail::Problem& p, const Context& ctx, detail::
 Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
   Status s = decode_supports(p, ctx, nullptr);
   if (!s.ok() || p.batch == 0) return s;
-  const DecodeKernel k = kernel_for(p, ctx);
-  int ctas_per_sm = 0;
-  s = k.prepare(p.dtype, &ctas_per_sm);
+  CallPlan plan;
+  s = plan_call(p, ctx, &plan);
   if (!s.ok()) return s;
-
-  const int64_t tiles = tile_count(p);
-  const int64_t splits = p.num_splits > 0 ? p.num_splits
-                                          : decode::heuristic_splits(tiles, p.max_len_k(), ctx.sm_count, ctas_per_sm);
+  const DecodeKernel& k = plan.kernel;
+  const int64_t tiles = plan.tiles, splits = plan.splits;
+  const bool cluster = plan.cluster;
   DecodeParams params = make_params(p, splits);
 
   // Workspace and tickets before the append: a failed allocation must leave the caches untouched.
   StreamBuffer workspace(ctx.stream), own_tickets(ctx.stream);
-  if (splits > 1 && p.seqlen_q > 0) {
+  if (splits > 1 && p.seqlen_q > 0 && !cluster) {
     const size_t partial_rows = size_t(tiles * splits * decode::kRowsPerTile);
     const size_t o_bytes = partial_rows * size_t(k.head_dim) * sizeof(float);
     const size_t lse_bytes = partial_rows * sizeof(float);
@@ -255,7 +309,8 @@ Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
     // sm90+: programmatic dependent launch (the kernel waits for the append or whatever ran before it).
     const bool pdl = ctx.cc_major >= kMinPdlComputeCapability;
     params.prefetch_blocks = pdl ? decode::kDecodePrefetchBlocks : 0;
-    s = k.launch(p.dtype, params, grid, ctx.stream, pdl);
+    s = cluster ? k.launch_cluster(p.dtype, params, grid, ctx.stream, pdl)
+                : k.launch(p.dtype, params, grid, ctx.stream, pdl);
     if (!s.ok()) return s;
   }
   s = own_tickets.release();

@@ -8,6 +8,8 @@
 // Then the warps' states are merged in shared memory, and the CTA either writes the final rows (a tile
 // with one split) or a normalized fp32 partial output and its LSE to the workspace. The last CTA of a tile
 // to arrive (atomic ticket) merges the partials: lse = log sum_i exp(lse_i), out = sum_i exp(lse_i - lse) o_i.
+// On sm90 the wide kernel may instead run with each tile's splits as one thread block cluster and merge them
+// over distributed shared memory (kClusterMerge, merge_cluster).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -336,6 +338,60 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* smem,
   }
 }
 
+// Cluster merge (sm90; the kernel instantiated with kClusterMerge): a tile's splits are one thread block
+// cluster, gridDim.x = cluster size = p.num_splits, so CTA rank s of the cluster is split s. Each CTA has left
+// its normalized partial rows and their LSEs in its own shared memory (s_part, s_part_lse); after a cluster
+// barrier every CTA reads all splits' LSEs over distributed shared memory, weighs them, and merges its share
+// of the tile's rows x columns from the splits' partial rows, with no global round trip. A second barrier
+// keeps every CTA (and its shared memory) alive until the others have read it.
+template <typename Cfg, typename T>
+__device__ __forceinline__ void merge_cluster(const DecodeParams& p, const float* s_part, const float* s_part_lse,
+                                              float* smem, int batch, int kv_head, int row_first, int rows) {
+  constexpr int kCols4 = Cfg::kHeadDim / 4;
+  const int splits = p.num_splits;
+  float* s_weight = smem;                             // [splits][kRowsPerTile]: lse_i, then exp(lse_i - lse)
+  float* s_lse = smem + kMaxClusterSplits * kRowsPerTile;  // [kRowsPerTile] merged LSE
+  const int tid = threadIdx.x;
+  cluster_sync();  // every split's partial rows are in its CTA's shared memory
+  for (int i = tid; i < splits * kRowsPerTile; i += Cfg::kThreads) {
+    const int s = i / kRowsPerTile, r = i % kRowsPerTile;
+    s_weight[i] = r < rows ? ld_cluster_f32(cluster_map(s_part_lse + r, s)) : core::kNegInf;
+  }
+  __syncthreads();
+  if (tid < rows) {
+    float lse = core::kNegInf;
+    for (int s = 0; s < splits; ++s) lse = core::merge_lse(lse, s_weight[s * kRowsPerTile + tid]);
+    for (int s = 0; s < splits; ++s) {
+      const float lse_i = s_weight[s * kRowsPerTile + tid];
+      // Splits whose rows saw no key weigh 0; a row that saw none anywhere has lse = -inf (-inf - -inf is NaN).
+      s_weight[s * kRowsPerTile + tid] =
+          (lse_i == core::kNegInf || lse == core::kNegInf) ? 0.0f : expf(lse_i - lse);
+    }
+    s_lse[tid] = lse;
+  }
+  __syncthreads();
+  // This CTA's share of the rows x kCols4 output chunks: about 1 / splits of them, in order.
+  const int total = rows * kCols4;
+  const int share = (total + splits - 1) / splits;
+  const int begin = cluster_rank() * share, end = min(total, begin + share);
+  for (int idx = begin + tid; idx < end; idx += Cfg::kThreads) {
+    const int r = idx / kCols4, col = (idx % kCols4) * 4;
+    const float* local = s_part + r * Cfg::kHeadDim + col;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll kMaxClusterSplits
+    for (int s = 0; s < splits; ++s) {
+      const float w = s_weight[s * kRowsPerTile + r];
+      const float4 v = ld_cluster_f32x4(cluster_map(local, s));
+      acc[0] += w * v.x;
+      acc[1] += w * v.y;
+      acc[2] += w * v.z;
+      acc[3] += w * v.w;
+    }
+    store_out<T>(p, batch, row_address(p, kv_head, row_first + r), col, acc, s_lse[r]);
+  }
+  cluster_sync();  // the other CTAs have read this one's shared memory
+}
+
 // What one CTA works on: its tile, its rows, and the block range of its split.
 struct CtaWork {
   int split, kv_head, batch, tile, row_first, rows, len_k;
@@ -392,7 +448,8 @@ __device__ __forceinline__ void prefetch_first_blocks(const DecodeParams& p) {
   }
 }
 
-template <typename Cfg, typename T>
+// kClusterMerge: launched with the tile's splits as one cluster (merge_cluster); no workspace, no tickets.
+template <typename Cfg, typename T, bool kClusterMerge>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_splitkv_kernel(const DecodeParams p) {
   constexpr int kStages = Cfg::kStages;
   // 128-byte aligned (swizzled_offset): declared with 16-byte alignment, the dynamic buffer began right after
@@ -412,7 +469,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
   const int row_first = work.row_first, rows = work.rows, len_k = work.len_k;
   const core::MaskSpec mask = work.mask;
   const TilePlan plan = work.plan;
-  if (split >= plan.splits) return;  // this tile needs fewer splits than the grid has (uniform per CTA)
+  // This tile needs fewer splits than the grid has (uniform per CTA). In a cluster every CTA takes part in
+  // the merge: one past the tile's splits walks no block and offers rows that saw no key (weight 0).
+  if (!kClusterMerge && split >= plan.splits) return;
   const int block_begin = work.block_begin, block_end = work.block_end;
 
   const int tid = threadIdx.x;
@@ -540,6 +599,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
 
   constexpr int kCols4 = Cfg::kHeadDim / 4;
   const bool direct = plan.splits == 1;
+  float* s_part = s_sum + Cfg::kWarps * kRowsPerTile;  // cluster merge: [kRowsPerTile][kHeadDim], then LSEs
+  float* s_part_lse = s_part + kRowsPerTile * Cfg::kHeadDim;
+  static_assert(!kClusterMerge || Cfg::kCombineBytes + (kRowsPerTile * Cfg::kHeadDim + kRowsPerTile) * 4 <=
+                                      Cfg::kRingBytes,
+                "the cluster merge keeps the partial rows in the ring after the warps' buffers");
   const int64_t part_row0 = (int64_t(tile) * p.num_splits + split) * kRowsPerTile;
   for (int idx = tid; idx < rows * kCols4; idx += Cfg::kThreads) {
     const int r = idx / kCols4, col = (idx % kCols4) * 4;
@@ -563,13 +627,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
     const float lse = sum > 0.0f ? (m + log2f(sum)) * core::kLn2 : core::kNegInf;
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[e] *= inv;
-    if (direct) {
+    if (kClusterMerge) {
+      *reinterpret_cast<float4*>(s_part + r * Cfg::kHeadDim + col) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      if (col == 0) s_part_lse[r] = lse;
+    } else if (direct) {
       store_out<T>(p, batch, row_address(p, kv_head, row_first + r), col, acc, lse);
     } else {
       *reinterpret_cast<float4*>(p.partial_o + (part_row0 + r) * Cfg::kHeadDim + col) =
           make_float4(acc[0], acc[1], acc[2], acc[3]);
       if (col == 0) p.partial_lse[part_row0 + r] = lse;
     }
+  }
+  if (kClusterMerge) {
+    merge_cluster<Cfg, T>(p, s_part, s_part_lse, s_o, batch, kv_head, row_first, rows);
+    return;
   }
   if (direct) return;
 

@@ -19,6 +19,11 @@ struct DecodeKernel {
   // pdl: launch with programmatic stream serialization (sm90+), so that the kernel's launch overlaps the
   // end of the kernel before it on the stream (the kernel waits for that one before touching memory).
   Status (*launch)(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) = nullptr;
+  // sm90, nullptr where the kernel has no such form: the form that merges a tile's splits inside one thread
+  // block cluster (grid.x = the splits = the cluster size, at most kMaxClusterSplits; no workspace), and how
+  // many clusters of a given size fit on the device at once.
+  Status (*cluster_fit)(DType dtype, int cluster, int* clusters) = nullptr;
+  Status (*launch_cluster)(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) = nullptr;
 };
 
 DecodeKernel decode_kernel_hd64();
