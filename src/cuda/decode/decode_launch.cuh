@@ -10,13 +10,24 @@
 
 namespace flashattn::cuda::decode {
 
-template <typename Cfg, typename T>
-Status prepare_typed(int* ctas_per_sm) {
-  auto* kernel = decode_splitkv_kernel<Cfg, T, false>;
+// The kernel's attributes, set before every query and launch (cheap, and they do not survive a device
+// reset): its shared memory, and for the cluster form non-portable cluster sizes (above 8).
+template <typename Cfg, typename T, bool kClusterMerge>
+Status set_attributes() {
+  auto* kernel = decode_splitkv_kernel<Cfg, T, kClusterMerge>;
   FA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-  FA_CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, kernel, Cfg::kThreads, Cfg::kSmemBytes));
+  if (kClusterMerge)
+    FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  return Status::Ok();
+}
+
+template <typename Cfg, typename T>
+Status prepare_typed(int* ctas_per_sm) {
+  const Status s = set_attributes<Cfg, T, false>();
+  if (!s.ok()) return s;
+  FA_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      ctas_per_sm, decode_splitkv_kernel<Cfg, T, false>, Cfg::kThreads, Cfg::kSmemBytes));
   return Status::Ok();
 }
 
@@ -52,30 +63,13 @@ struct LaunchConfig {
   }
 };
 
-template <typename Cfg, typename T>
-Status launch_typed(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  LaunchConfig c(Cfg::kThreads, Cfg::kSmemBytes, grid, stream, pdl, 1);
-  // cudaLaunchKernelEx returns the launch's own errors (configuration, resources).
-  FA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&c.config, decode_splitkv_kernel<Cfg, T, false>, p));
-  return Status::Ok();
-}
-
-template <typename Cfg>
-Status launch(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  return dtype == DType::kFloat16 ? launch_typed<Cfg, __half>(p, grid, stream, pdl)
-                                  : launch_typed<Cfg, __nv_bfloat16>(p, grid, stream, pdl);
-}
-
-// The cluster-merge kernel (sm90): its shared memory, non-portable cluster sizes (above 8) allowed, and how
-// many clusters of `cluster` CTAs fit on the device at once.
+// The cluster form (sm90): how many clusters of `cluster` CTAs fit on the device at once.
 template <typename Cfg, typename T>
 Status cluster_fit_typed(int cluster, int* clusters) {
-  auto* kernel = decode_splitkv_kernel<Cfg, T, true>;
-  FA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-  FA_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  const Status s = set_attributes<Cfg, T, true>();
+  if (!s.ok()) return s;
   LaunchConfig c(Cfg::kThreads, Cfg::kSmemBytes, dim3(unsigned(cluster)), nullptr, false, cluster);
-  FA_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(clusters, kernel, &c.config));
+  FA_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(clusters, decode_splitkv_kernel<Cfg, T, true>, &c.config));
   return Status::Ok();
 }
 
@@ -85,17 +79,23 @@ Status cluster_fit(DType dtype, int cluster, int* clusters) {
                                   : cluster_fit_typed<Cfg, __nv_bfloat16>(cluster, clusters);
 }
 
-template <typename Cfg, typename T>
-Status launch_cluster_typed(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  LaunchConfig c(Cfg::kThreads, Cfg::kSmemBytes, grid, stream, pdl, int(grid.x));
-  FA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&c.config, decode_splitkv_kernel<Cfg, T, true>, p));
+// kClusterMerge: one cluster of grid.x CTAs (the tile's splits) per tile.
+template <typename Cfg, typename T, bool kClusterMerge>
+Status launch_typed(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  if (kClusterMerge) {
+    const Status s = set_attributes<Cfg, T, true>();
+    if (!s.ok()) return s;
+  }
+  LaunchConfig c(Cfg::kThreads, Cfg::kSmemBytes, grid, stream, pdl, kClusterMerge ? int(grid.x) : 1);
+  // cudaLaunchKernelEx returns the launch's own errors (configuration, resources).
+  FA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&c.config, decode_splitkv_kernel<Cfg, T, kClusterMerge>, p));
   return Status::Ok();
 }
 
-template <typename Cfg>
-Status launch_cluster(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
-  return dtype == DType::kFloat16 ? launch_cluster_typed<Cfg, __half>(p, grid, stream, pdl)
-                                  : launch_cluster_typed<Cfg, __nv_bfloat16>(p, grid, stream, pdl);
+template <typename Cfg, bool kClusterMerge>
+Status launch(DType dtype, const DecodeParams& p, dim3 grid, cudaStream_t stream, bool pdl) {
+  return dtype == DType::kFloat16 ? launch_typed<Cfg, __half, kClusterMerge>(p, grid, stream, pdl)
+                                  : launch_typed<Cfg, __nv_bfloat16, kClusterMerge>(p, grid, stream, pdl);
 }
 
 template <typename Cfg, bool kWithClusterMerge = false>
@@ -106,10 +106,10 @@ DecodeKernel make_kernel() {
   k.warps = Cfg::kWarps;
   k.planned_ctas_per_sm = Cfg::kMinBlocksPerSm;
   k.prepare = &prepare<Cfg>;
-  k.launch = &launch<Cfg>;
+  k.launch = &launch<Cfg, false>;
   if (kWithClusterMerge) {
     k.cluster_fit = &cluster_fit<Cfg>;
-    k.launch_cluster = &launch_cluster<Cfg>;
+    k.launch_cluster = &launch<Cfg, true>;
   }
   return k;
 }
