@@ -143,8 +143,8 @@ decode::AppendParams make_append_params(const detail::KVCacheProblem& p) {
 }
 
 // How many clusters of `cluster` CTAs of the kernel's cluster form fit on the device at once (0 where the
-// query fails), asked once per device, dtype and size: the occupancy query costs more host time than a
-// short decode call can hide.
+// query fails), asked once per device, dtype and size (the answer never changes, so no call repeats the
+// query).
 int cluster_capacity(const DecodeKernel& k, DType dtype, int device, int cluster) {
   static std::mutex mutex;
   static std::map<std::tuple<const void*, int, int, int>, int> known;
