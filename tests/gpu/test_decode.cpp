@@ -531,6 +531,29 @@ TEST(DecodeHeuristic, WideKernelWhileTheTilesFitOneWaveOfIt) {
 
 // The split-KV route of forward calls: one 16-row tile per KV head, or up to 64 rows while the (batch, KV
 // head) pairs number at most a quarter of the SMs.
+// The cluster merge's rule on the heuristic's split counts, with the cluster capacities measured on an H100
+// (one CTA per SM, 132 SMs; bench/results/h100-20261205-decode-cluster/cluster_fit.txt): long sequences take
+// it at 2 splits (45-66 tiles), 3 (34-39), 4 (27-30) and 8 (15 tiles), nowhere else.
+TEST(DecodeHeuristic, ClusterMergeWhereEveryTilesClusterFitsAtOnce) {
+  using flashattn::cuda::decode::cluster_merge_fits;
+  using flashattn::cuda::decode::heuristic_splits;
+  const int kH100Capacity[17] = {0, 132, 66, 39, 30, 22, 17, 15, 15, 9, 7, 7, 7, 7, 7, 7, 7};
+  auto fits = [&](int64_t tiles) {
+    const int64_t splits = heuristic_splits(tiles, 1 << 20, 132, 1);
+    return cluster_merge_fits(tiles, splits, splits <= 16 ? kH100Capacity[splits] : 0);
+  };
+  for (int64_t tiles = 1; tiles <= 140; ++tiles) {
+    const bool expected = tiles == 15 || (tiles >= 27 && tiles <= 30) || (tiles >= 34 && tiles <= 39) ||
+                          (tiles >= 45 && tiles <= 66);
+    EXPECT_EQ(fits(tiles), expected) << tiles << " tiles, " << heuristic_splits(tiles, 1 << 20, 132, 1) << " splits";
+  }
+  EXPECT_FALSE(cluster_merge_fits(8, 16, 7)) << "batch 1 x 8 KV heads: 7 clusters of 16 fit, 8 are needed";
+  EXPECT_TRUE(cluster_merge_fits(7, 16, 7));
+  EXPECT_FALSE(cluster_merge_fits(4, 17, 100)) << "past the cluster size limit";
+  EXPECT_FALSE(cluster_merge_fits(4, 1, 132)) << "one split: nothing to merge";
+  EXPECT_FALSE(cluster_merge_fits(0, 2, 66));
+}
+
 TEST(DecodeHeuristic, ForwardRowsTakeTheSplitKvRouteWhereTheTileKernelsIdle) {
   using flashattn::cuda::decode::forward_rows_take_split_kv;
   EXPECT_TRUE(forward_rows_take_split_kv(4, 64, 132)) << "batch 8 x 8 KV heads, one token of 4 heads each";

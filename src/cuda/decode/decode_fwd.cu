@@ -182,9 +182,10 @@ Status plan_call(const detail::KVCacheProblem& p, const Context& ctx, CallPlan* 
   plan->tiles = tile_count(p);
   plan->splits = p.num_splits > 0 ? p.num_splits
                                   : decode::heuristic_splits(plan->tiles, p.max_len_k(), ctx.sm_count, ctas_per_sm);
-  plan->cluster = ctx.cc_major >= kMinClusterComputeCapability && k.launch_cluster != nullptr && plan->splits > 1 &&
-                  plan->splits <= decode::kMaxClusterSplits && p.seqlen_q > 0 &&
-                  cluster_capacity(k, p.dtype, ctx.device, int(plan->splits)) >= plan->tiles;
+  const bool cluster_form = ctx.cc_major >= kMinClusterComputeCapability && k.launch_cluster != nullptr &&
+                            p.seqlen_q > 0 && plan->splits > 1 && plan->splits <= decode::kMaxClusterSplits;
+  const int capacity = cluster_form ? cluster_capacity(k, p.dtype, ctx.device, int(plan->splits)) : 0;
+  plan->cluster = decode::cluster_merge_fits(plan->tiles, plan->splits, capacity);
   return Status::Ok();
 }
 

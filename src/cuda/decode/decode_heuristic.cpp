@@ -26,6 +26,10 @@ bool use_wide_kernel(int64_t tiles, int sm_count, int wide_ctas_per_sm) {
   return wide_ctas_per_sm > 0 && tiles > 0 && tiles <= int64_t(std::max(1, sm_count)) * wide_ctas_per_sm;
 }
 
+bool cluster_merge_fits(int64_t tiles, int64_t splits, int cluster_capacity) {
+  return splits > 1 && splits <= kMaxClusterSplits && tiles > 0 && int64_t(cluster_capacity) >= tiles;
+}
+
 bool forward_rows_take_split_kv(int64_t rows, int64_t pairs, int sm_count) {
   const bool few_pairs = pairs * kForwardPairsPerSmQuarter <= int64_t(std::max(1, sm_count));
   return rows > 0 && rows <= (few_pairs ? kForwardMaxRowsFewPairs : kForwardMaxRows);

@@ -21,6 +21,13 @@ int64_t heuristic_splits(int64_t tiles, int64_t max_len_k, int sm_count, int cta
 // tile in two. More tiles than that fill the 4-warp kernel's slots better (half-size CTAs balance the SMs).
 bool use_wide_kernel(int64_t tiles, int sm_count, int wide_ctas_per_sm);
 
+// Whether a call of `tiles` tiles cut into `splits` splits each merges every tile's splits inside one thread
+// block cluster (sm90, the wide kernel's cluster form): 2 to kMaxClusterSplits splits, and at least `tiles`
+// clusters of `splits` CTAs fit on the device at once (cluster_capacity, from the occupancy query), so the
+// call stays one wave. Clusters live in one GPC and the GPCs differ in SM count, so the capacity is often
+// less than SMs / splits (an H100 with one CTA per SM: 7 clusters of 16, 15 of 8, 30 of 4, 66 of 2).
+bool cluster_merge_fits(int64_t tiles, int64_t splits, int cluster_capacity);
+
 // Query rows per KV head (group x seqlen_q) up to which an `auto` forward call without varlen runs on the
 // split-KV kernel, as a KV-cache call on full caches (cuda::decode_takes_forward): one 16-row tile of it.
 // There the query-tile kernels (fa3, fa2) leave most of a 64- to 192-row tile empty and walk every key of
