@@ -276,6 +276,12 @@ __device__ __forceinline__ void store_out(const DecodeParams& p, int batch, RowA
                                    a.query * p.lse.row_stride] = lse;
 }
 
+// A split's weight in its row's merge, exp(lse_i - lse): splits whose rows saw no key weigh 0, and a row that
+// saw none anywhere has lse = -inf (-inf - -inf would be NaN).
+__device__ __forceinline__ float split_weight(float lse_i, float lse) {
+  return (lse_i == core::kNegInf || lse == core::kNegInf) ? 0.0f : expf(lse_i - lse);
+}
+
 // The last CTA of a tile: merges the splits' partial rows. Only L2 (ld.global.cg) is read: the partials were
 // written by other SMs, whose writes this SM's L1 does not see. The merge is the kernel's tail (every tile's
 // last CTA finishes at about the same time), so it keeps many independent loads in flight: the CTA's
@@ -310,12 +316,8 @@ __device__ __forceinline__ void merge_splits(const DecodeParams& p, float* smem,
     for (int offset = 1; offset < kMergeLanes; offset *= 2)
       lse = core::merge_lse(lse, __shfl_xor_sync(kFullMask, lse, offset));
     if (r < rows) {
-      for (int s = first; s < splits; s += kMergeLanes) {
-        const float lse_i = s_weight[s * kRowsPerTile + r];
-        // Splits whose rows saw no key weigh 0; a row that saw none anywhere has lse = -inf (-inf - -inf is NaN).
-        s_weight[s * kRowsPerTile + r] =
-            (lse_i == core::kNegInf || lse == core::kNegInf) ? 0.0f : expf(lse_i - lse);
-      }
+      for (int s = first; s < splits; s += kMergeLanes)
+        s_weight[s * kRowsPerTile + r] = split_weight(s_weight[s * kRowsPerTile + r], lse);
       if (first == 0) s_lse[r] = lse;
     }
   }
@@ -361,12 +363,8 @@ __device__ __forceinline__ void merge_cluster(const DecodeParams& p, const float
   if (tid < rows) {
     float lse = core::kNegInf;
     for (int s = 0; s < splits; ++s) lse = core::merge_lse(lse, s_weight[s * kRowsPerTile + tid]);
-    for (int s = 0; s < splits; ++s) {
-      const float lse_i = s_weight[s * kRowsPerTile + tid];
-      // Splits whose rows saw no key weigh 0; a row that saw none anywhere has lse = -inf (-inf - -inf is NaN).
-      s_weight[s * kRowsPerTile + tid] =
-          (lse_i == core::kNegInf || lse == core::kNegInf) ? 0.0f : expf(lse_i - lse);
-    }
+    for (int s = 0; s < splits; ++s)
+      s_weight[s * kRowsPerTile + tid] = split_weight(s_weight[s * kRowsPerTile + tid], lse);
     s_lse[tid] = lse;
   }
   __syncthreads();
