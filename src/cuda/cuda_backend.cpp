@@ -209,16 +209,16 @@ Status cuda_forward_kvcache(const KVCacheProblem& p, RunInfo* info) {
   cuda::Context ctx;
   Status s = make_context(p.device_index, p.stream, &ctx);
   if (!s.ok()) return s;
+  // decode_forward checks the kernel's limits before the append (a refusal leaves the caches untouched) and
+  // names the kernel from the plan it launches, so the call is planned once.
   std::string kernel;
-  // The kernel's limits are checked before the append, so a refusal leaves the caches untouched.
-  s = cuda::decode_supports(p, ctx, &kernel);
-  if (!s.ok()) return s;
-  if (info) {
+  s = cuda::decode_forward(p, ctx, &kernel);
+  if (info && !kernel.empty()) {
     info->backend = Backend::kCUDA;
     info->algorithm = Algorithm::kFA2;
     info->kernel = kernel;
   }
-  return cuda::decode_forward(p, ctx);
+  return s;
 }
 
 std::vector<Capabilities> cuda_capabilities() {

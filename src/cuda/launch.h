@@ -51,7 +51,8 @@ Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant vari
 // KV-cache attention (decode): split-KV with packed GQA and an in-kernel LSE merge, after an append kernel
 // for k_new / v_new (decode/).
 Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std::string* kernel);
-Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx);
+// `kernel` (optional): the name of the kernel the call was planned on, set before anything is launched.
+Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx, std::string* kernel = nullptr);
 // Whether an `auto` forward call runs on the split-KV decode kernel (no varlen, forward only, at most
 // decode::kForwardMaxRows query rows per KV head, or kForwardMaxRowsFewPairs with few (batch, KV head)
 // pairs, a kernel that takes it); if so, `kv` is the call as a

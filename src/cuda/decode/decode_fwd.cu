@@ -189,6 +189,14 @@ Status plan_call(const detail::KVCacheProblem& p, const Context& ctx, CallPlan* 
   return Status::Ok();
 }
 
+// The name RunInfo gives the planned call: "_w8" the wide kernel, "_c<N>" its splits merged in clusters of N.
+std::string kernel_name(const detail::KVCacheProblem& p, const CallPlan& plan) {
+  const DecodeKernel& k = plan.kernel;
+  return std::string("fa2_decode_splitkv_sm80_") + dtype_tag(p.dtype) + "_hd" + std::to_string(k.head_dim) +
+         (k.warps == 4 ? "" : "_w" + std::to_string(k.warps)) +
+         (plan.cluster ? "_c" + std::to_string(plan.splits) : "");
+}
+
 }  // namespace
 
 Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std::string* kernel) {
@@ -224,13 +232,10 @@ Status decode_supports(const detail::KVCacheProblem& p, const Context& ctx, std:
                                 " needs " + std::to_string(k.smem_bytes) + " bytes of shared memory per block, the "
                                 "device allows " + std::to_string(ctx.smem_optin));
   if (kernel != nullptr) {
-    // The name says the form too: "_w8" the wide kernel, "_c<N>" its splits merged in clusters of N.
     CallPlan plan;
     s = plan_call(p, ctx, &plan);
     if (!s.ok()) return s;
-    *kernel = std::string("fa2_decode_splitkv_sm80_") + dtype_tag(p.dtype) + "_hd" + std::to_string(k.head_dim) +
-              (k.warps == 4 ? "" : "_w" + std::to_string(k.warps)) +
-              (plan.cluster ? "_c" + std::to_string(plan.splits) : "");
+    *kernel = kernel_name(p, plan);
   }
   return Status::Ok();
 }
@@ -273,12 +278,14 @@ bool decode_takes_forward(const detail::Problem& p, const Context& ctx, detail::
   return true;
 }
 
-Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx) {
+Status decode_forward(const detail::KVCacheProblem& p, const Context& ctx, std::string* kernel) {
   Status s = decode_supports(p, ctx, nullptr);
-  if (!s.ok() || p.batch == 0) return s;
+  if (!s.ok()) return s;
   CallPlan plan;
   s = plan_call(p, ctx, &plan);
   if (!s.ok()) return s;
+  if (kernel != nullptr) *kernel = kernel_name(p, plan);
+  if (p.batch == 0) return Status::Ok();
   const DecodeKernel& k = plan.kernel;
   const int64_t tiles = plan.tiles, splits = plan.splits;
   const bool cluster = plan.cluster;
