@@ -6,12 +6,16 @@
 //    (packed GQA: the whole group of query heads together, so every K/V row is converted once per KV
 //    head, not once per query head). The keys that tile can see are cut into chunks; each (tile, chunk)
 //    task runs the FA2 inner loop (S = Q K^T in log2 units, online softmax, O += P V) over its chunk and
-//    leaves a normalized partial output and its LSE.
+//    leaves a normalized partial output and its LSE. Tiles of at most kInPlaceMaxRows rows (a decode step:
+//    a group of query heads, one or a few tokens) read K and V where they lie in the cache (cache_rows.h)
+//    on CPUs with AVX-512; larger ones, and other CPUs, gather each block into fp32 buffers for the tile
+//    products.
 // 3. Merge: per row, lse = log(sum_i exp(lse_i)) (core::merge_lse) and out = sum_i exp(lse_i - lse) * o_i.
 //    A tile with a single chunk skips the partial buffers and writes out and lse directly.
 #include "cpu/cpu_decode.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -24,6 +28,7 @@
 
 #include "api/backend.h"
 #include "core/softmax_online.h"
+#include "cpu/cache_rows.h"
 #include "cpu/row_ops.h"
 #include "cpu/scratch.h"
 #include "cpu/thread_pool.h"
@@ -47,6 +52,8 @@ constexpr int64_t kGroupBlockBytes = 512 * 1024;
 constexpr int64_t kMinGroupBlockKeys = 32;
 // At most this many bytes of a task's query rows and output accumulators (fp32) for all its tiles.
 constexpr int64_t kGroupTileBytes = 2 * 1024 * 1024;
+
+std::atomic<int> g_decode_path{int(DecodePath::kAuto)};
 
 // The query side of the call as a detail::Problem (padded layout, no varlen), so the tiling helpers
 // (query tiles, stacked loads and stores) serve the decode kernel too. Only the query-side fields are set.
@@ -125,6 +132,7 @@ struct DecodePlan {
   int64_t partial_rows = 0;
   int64_t group_tiles = 1;  // tiles per group (heads_kv)
   int64_t block_keys = 0;   // keys per block of a task
+  bool in_place = false;    // products with the cache rows in place (every tile has <= kInPlaceMaxRows rows)
 };
 
 // Tiles per group at most: their query rows and output accumulators in fp32 (decode's few rows: a few KB a
@@ -150,6 +158,17 @@ int64_t group_block_keys(int64_t group_tiles, int64_t head_dim) {
   while (keys > kMinGroupBlockKeys && 2 * group_tiles * keys * head_dim * int64_t(sizeof(float)) > kGroupBlockBytes)
     keys /= 2;
   return keys;
+}
+
+// Whether the tiles of this call take the products with the cache rows in place: their stacked rows (the
+// query heads of a tile times its query rows, at most seqlen_q) are few enough, and the CPU runs an AVX-512
+// form of them (the portable loops lose to the tile products).
+bool decode_in_place(const Problem& qp) {
+  const DecodePath path = DecodePath(g_decode_path.load(std::memory_order_relaxed));
+  if (path == DecodePath::kGathered) return false;
+  const int64_t rows = std::min(rows_per_tile(qp, kDecodeTile), std::max<int64_t>(1, qp.seqlen_q));
+  if (heads_per_tile(qp, kDecodeTile) * rows > kInPlaceMaxRows) return false;
+  return path == DecodePath::kInPlace || cache_rows_best_impl(qp.dtype) != CacheRowsImpl::kPortable;
 }
 
 DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuristic) {
@@ -189,7 +208,10 @@ DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuris
   plan.groups = std::move(groups);
   for (size_t g = 0; g < plan.groups.size(); ++g)
     for (int64_t i = 0; i < plan.keys[plan.groups[g].tiles.front()].splits; ++i) plan.tasks.push_back({g, i});
-  plan.block_keys = group_block_keys(plan.group_tiles, kp.head_dim);
+  // Without fp32 blocks the keys per block need no limit for the L2: only the scores of the group's tiles
+  // (group_tiles x rows x block_keys floats) are kept.
+  plan.in_place = decode_in_place(qp);
+  plan.block_keys = plan.in_place ? kDecodeTile.block_keys : group_block_keys(plan.group_tiles, kp.head_dim);
   return plan;
 }
 
@@ -217,10 +239,11 @@ void append_new_tokens(const KVCacheProblem& p) {
 enum DecodeBuffer : size_t {
   kQ,       // [group tiles][stacked x d] query rows, fp32
   kO,       // [group tiles][stacked x d] unnormalized output accumulators; the merged output in the merge pass
-  kS,       // [stacked x Bc] scores, then probabilities in place (one tile at a time)
-  kK,       // [group tiles][Bc x d] K rows gathered from the cache, fp32
-  kV,       // [group tiles][Bc x d] V rows
+  kS,       // [stacked x Bc] scores, then probabilities in place (one tile at a time); in place: [group tiles][..]
+  kK,       // [group tiles][Bc x d] K rows gathered from the cache, fp32 (not in place)
+  kV,       // [group tiles][Bc x d] V rows (not in place)
   kFactor,  // [stacked] 1 / row sum at the end
+  kQPacked, // [group tiles][stacked x stride] query rows as cache_scores reads them (in place only)
 };
 
 // Step 2 for one (tile group, chunk) task, and step 3 for one tile.
@@ -237,11 +260,83 @@ class DecodeRunner {
         block_floats_(plan.block_keys * d_),
         partial_o_(partial_o),
         partial_lse_(partial_lse),
-        scratch_({plan.group_tiles * tile_floats_, plan.group_tiles * tile_floats_, max_stacked_ * plan.block_keys,
-                  plan.group_tiles * block_floats_, plan.group_tiles * block_floats_, max_stacked_}),
-        rows_(size_t(plan.group_tiles * max_stacked_)) {}
+        impl_(cache_rows_best_impl(kp.dtype)),
+        scratch_({plan.group_tiles * tile_floats_, plan.group_tiles * tile_floats_,
+                  (plan.in_place ? plan.group_tiles : 1) * max_stacked_ * plan.block_keys,
+                  plan.in_place ? 0 : plan.group_tiles * block_floats_,
+                  plan.in_place ? 0 : plan.group_tiles * block_floats_, max_stacked_,
+                  plan.in_place ? plan.group_tiles * max_stacked_ * cache_query_stride(impl_, kp.dtype, d_) *
+                                      cache_query_elem_bytes(impl_, kp.dtype) / int64_t(sizeof(float))
+                                : 0}),
+        rows_(size_t(plan.group_tiles * max_stacked_)),
+        key_rows_(size_t(plan.in_place ? plan.block_keys : 0)),
+        value_rows_(key_rows_.size()) {}
 
   void attend(const DecodeTask& task) {
+    if (plan_.in_place)
+      attend_in_place(task);
+    else
+      attend_gathered(task);
+  }
+
+  // The tiles' products with the cache rows read in place: per block, the scores of every tile of the
+  // group in one pass over the keys' K rows (all KV heads of a key together), each tile's online softmax,
+  // then P V of every tile in one pass over the V rows.
+  void attend_in_place(const DecodeTask& task) {
+    const std::vector<size_t>& tiles = plan_.groups[task.group].tiles;
+    const int64_t count = int64_t(tiles.size());
+    const QueryTile& lead = plan_.tiles[tiles.front()];
+    const KeySplit& keys = plan_.keys[tiles.front()];
+    const int64_t m = lead.stacked();
+    const int64_t bc = plan_.block_keys;
+    const core::MaskSpec mask = kp_.mask(lead.batch);
+    float* s = scratch_[kS];
+
+    for (int64_t g = 0; g < count; ++g) {
+      load_stacked(qp_, qp_.q, plan_.tiles[tiles[size_t(g)]], q_of(g));
+      fill_row(o_of(g), m * d_, 0.0f);
+      std::fill(rows_of(g), rows_of(g) + m, core::OnlineSoftmaxRow{});
+    }
+    cache_query_pack(impl_, kp_.dtype, q_of(0), tile_floats_, count, m, d_, scratch_[kQPacked]);
+
+    // A group's tiles are consecutive KV heads (make_plan), so head g's row is g head strides past the
+    // first one's.
+    const int64_t elem = dtype_size(kp_.dtype);
+    const int64_t first_head = lead.kv_head;
+    const float alpha = kp_.softcap > 0.0f ? kp_.scale : kp_.scale * core::kLog2e;
+    const int64_t c0 = keys.chunk_begin(task.split), c1 = keys.chunk_end(task.split);
+    for (int64_t k0 = c0; k0 < c1; k0 += bc) {
+      const int64_t kn = std::min(bc, c1 - k0);
+      for (int64_t i = 0; i < kn; ++i) {
+        key_rows_[size_t(i)] = static_cast<const char*>(kp_.k_cache.ptr) +
+                               (kp_.cache_row(kp_.k_cache, lead.batch, k0 + i) + first_head * kp_.k_cache.head_stride) * elem;
+        value_rows_[size_t(i)] = static_cast<const char*>(kp_.v_cache.ptr) +
+                                 (kp_.cache_row(kp_.v_cache, lead.batch, k0 + i) + first_head * kp_.v_cache.head_stride) * elem;
+      }
+      const CacheBlock k_block{kp_.dtype, key_rows_.data(), kp_.k_cache.head_stride * elem, count, kn, d_};
+      cache_scores(impl_, k_block, scratch_[kQPacked], m, alpha, s, m * bc, bc);
+      for (int64_t g = 0; g < count; ++g) {
+        float* sg = s + g * m * bc;
+        ProbabilitiesInPlace probabilities(sg, bc, kn);
+        online_softmax_block(sg, bc, m, kn, k0, plan_.tiles[tiles[size_t(g)]], mask, kp_.softcap,
+                             /*score_scale=*/1.0f, o_of(g), d_, rows_of(g), probabilities, [] {});
+      }
+      const CacheBlock v_block{kp_.dtype, value_rows_.data(), kp_.v_cache.head_stride * elem, count, kn, d_};
+      cache_accumulate(impl_, v_block, s, m * bc, bc, m, o_of(0), tile_floats_);
+    }
+    if (cache_output_interleaved(impl_, kp_.dtype, d_)) {
+      // Each accumulator row back in column order (through the K/Q scratch, free after the loop).
+      float* row = scratch_[kS];
+      for (int64_t g = 0; g < count; ++g)
+        for (int64_t r = 0; r < m; ++r) {
+          cache_output_deinterleave(o_of(g) + r * d_, d_, row);
+          std::copy(row, row + d_, o_of(g) + r * d_);
+        }
+    }
+    for (int64_t g = 0; g < count; ++g) finish(tiles[size_t(g)], task.split, o_of(g), rows_of(g));
+  }
+
+  void attend_gathered(const DecodeTask& task) {
     const std::vector<size_t>& tiles = plan_.groups[task.group].tiles;
     const int64_t count = int64_t(tiles.size());
     // The tiles of a group share the sequence, the rows and so the mask, the key chunks and the row count.
@@ -366,8 +461,10 @@ class DecodeRunner {
   const int64_t block_floats_;  // one tile's K or V block
   float* partial_o_;
   float* partial_lse_;
+  const CacheRowsImpl impl_;
   Scratch scratch_;
   std::vector<core::OnlineSoftmaxRow> rows_;
+  std::vector<const char*> key_rows_, value_rows_;  // a block's cache rows (in place)
 };
 
 Status run_decode(const KVCacheProblem& kp, int workers) {
@@ -402,6 +499,8 @@ Status run_decode(const KVCacheProblem& kp, int workers) {
 
 }  // namespace
 
+void override_decode_path(DecodePath path) { g_decode_path.store(int(path), std::memory_order_relaxed); }
+
 // Flash-Decoding's point: with one or a few query rows per sequence, tasks (a sequence's query rows
 // with all KV heads: make_plan's tile groups) are too few to occupy the workers, so the keys are split
 // too. Aim for kDecodeTasksPerWorker tasks per worker, but never cut the longest sequence into chunks of
@@ -430,7 +529,10 @@ Status cpu_forward_kvcache(const KVCacheProblem& p, RunInfo* info) {
   if (info) {
     info->backend = Backend::kCPU;
     info->algorithm = Algorithm::kFA2;
-    info->kernel = std::string("cpu_fa2_decode_splitkv_") + cpu::tile_gemm_impl();
+    info->kernel = std::string("cpu_fa2_decode_splitkv_") +
+                   (cpu::decode_in_place(qp) ? std::string("inplace_") + cpu::cache_rows_impl_name(
+                                                                            cpu::cache_rows_best_impl(p.dtype))
+                                             : std::string(cpu::tile_gemm_impl()));
   }
   try {
     const int workers = cpu::resolve_worker_count(p.num_threads, std::numeric_limits<int64_t>::max());

@@ -17,4 +17,16 @@ constexpr int64_t kMinSplitKeys = 256;
 // than kMinSplitKeys keys of the longest sequence, never more than kMaxKVSplits. Always >= 1.
 int64_t heuristic_kv_splits(const KVCacheProblem& p, int workers);
 
+// Tiles of at most this many stacked query rows take the products with the cache rows read in place
+// (cache_rows.h) where the CPU runs an AVX-512 form of them: each K/V element then meets so few query rows
+// that converting the block to fp32 first costs more than the products. Larger tiles, and CPUs without
+// AVX-512, gather each block into fp32 buffers for the tile products.
+constexpr int64_t kInPlaceMaxRows = 16;
+
+// For tests: which path the decode kernel takes. kAuto: as above; kGathered: always the fp32 blocks;
+// kInPlace: the in-place products wherever the rows allow, with the portable loops on a CPU without
+// AVX-512. Not thread-safe against running calls.
+enum class DecodePath { kAuto, kGathered, kInPlace };
+void override_decode_path(DecodePath path);
+
 }  // namespace flashattn::detail::cpu

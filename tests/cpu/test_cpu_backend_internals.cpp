@@ -2,6 +2,7 @@
 // the backend's own rules. The attention results themselves are checked in test_cpu_attention.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "api/problem.h"
 #include "common/bf16_products.h"
 #include "core/numeric.h"
+#include "cpu/cache_rows.h"
 #include "cpu/convert.h"
 #include "cpu/row_ops.h"
 #include "cpu/thread_pool.h"
@@ -26,6 +28,7 @@
 namespace fa = flashattn;
 namespace cpu = flashattn::detail::cpu;
 using cpu::Op;
+using fa::DType;
 
 namespace {
 
@@ -142,6 +145,148 @@ TEST(CpuTileGemm, Avx512AndAvx2GiveTheSameBits) {
     ASSERT_EQ(std::memcmp(c512.data(), c256.data(), c.size() * sizeof(float)), 0);
   }
 }
+
+// The in-place cache products of every implementation against float64 loops: keys scattered through a
+// buffer in a shuffled order (as paged caches hand them out), heads a padded stride apart, head dims that
+// fill whole vectors and ones that end in a partial one, query row counts around the 4-row blocks.
+struct CacheRowsCase {
+  DType dtype;
+  int64_t d, m, keys, heads;
+};
+
+// x rounded to a value of `dtype` (stored as its bits in `bits` for the 16-bit types).
+float round_to(DType dtype, float x, uint16_t* bits) {
+  if (dtype == DType::kBFloat16) {
+    *bits = fa::core::float_to_bf16_bits(x);
+    return fa::core::bf16_bits_to_float(*bits);
+  }
+  if (dtype == DType::kFloat16) {
+    *bits = fa::core::float_to_fp16_bits(x);
+    return fa::core::fp16_bits_to_float(*bits);
+  }
+  return x;
+}
+
+void check_cache_rows(cpu::CacheRowsImpl impl, const CacheRowsCase& t, std::mt19937_64& rng) {
+  SCOPED_TRACE(::testing::Message() << fa::to_string(t.dtype) << " d " << t.d << " m " << t.m << " keys " << t.keys
+                                    << " heads " << t.heads);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const int64_t elem = t.dtype == DType::kFloat32 ? 4 : 2;
+  const int64_t head_elems = t.d + 8;  // heads of a key 8 elements apart beyond d
+  const int64_t slot_elems = t.heads * head_elems + 16;
+  const int64_t slots = t.keys + 3;
+  std::vector<char> cache(size_t(slots * slot_elems * elem));
+  std::vector<float> value(size_t(slots * slot_elems));  // the same values in fp32, by element
+  for (int64_t e = 0; e < slots * slot_elems; ++e) {
+    uint16_t bits = 0;
+    value[size_t(e)] = round_to(t.dtype, dist(rng), &bits);
+    if (elem == 4)
+      std::memcpy(cache.data() + e * 4, &value[size_t(e)], 4);
+    else
+      std::memcpy(cache.data() + e * 2, &bits, 2);
+  }
+  std::vector<int64_t> slot(static_cast<size_t>(slots));
+  for (int64_t i = 0; i < slots; ++i) slot[size_t(i)] = i;
+  std::shuffle(slot.begin(), slot.end(), rng);
+  std::vector<const char*> rows(size_t(t.keys));
+  for (int64_t i = 0; i < t.keys; ++i) rows[size_t(i)] = cache.data() + slot[size_t(i)] * slot_elems * elem;
+  const cpu::CacheBlock block{t.dtype, rows.data(), head_elems * elem, t.heads, t.keys, t.d};
+  auto cache_value = [&](int64_t h, int64_t i, int64_t x) {
+    return double(value[size_t(slot[size_t(i)] * slot_elems + h * head_elems + x)]);
+  };
+
+  // Scores: query rows of values of the dtype (decode's query has the cache's dtype).
+  std::vector<float> q(size_t(t.heads * t.m * t.d));
+  for (float& x : q) {
+    uint16_t bits = 0;
+    x = round_to(t.dtype, dist(rng), &bits);
+  }
+  const int64_t stride = cpu::cache_query_stride(impl, t.dtype, t.d);
+  std::vector<char> packed(size_t(t.heads * t.m * stride * cpu::cache_query_elem_bytes(impl, t.dtype)));
+  cpu::cache_query_pack(impl, t.dtype, q.data(), t.m * t.d, t.heads, t.m, t.d, packed.data());
+  const int64_t lds = t.keys + 5, s_head = t.m * lds + 3;
+  std::vector<float> s(size_t(t.heads * s_head), std::numeric_limits<float>::quiet_NaN());
+  const float alpha = 0.37f;
+  cpu::cache_scores(impl, block, packed.data(), t.m, alpha, s.data(), s_head, lds);
+  for (int64_t h = 0; h < t.heads; ++h)
+    for (int64_t r = 0; r < t.m; ++r) {
+      for (int64_t i = 0; i < t.keys; ++i) {
+        double want = 0, magnitude = 0;
+        for (int64_t x = 0; x < t.d; ++x) {
+          const double term = double(q[size_t((h * t.m + r) * t.d + x)]) * cache_value(h, i, x);
+          want += term;
+          magnitude += std::fabs(term);
+        }
+        ASSERT_NEAR(s[size_t(h * s_head + r * lds + i)], alpha * want, 1e-6 * alpha * magnitude * std::sqrt(double(t.d)))
+            << "score of head " << h << " row " << r << " key " << i;
+      }
+      for (int64_t i = t.keys; i < lds && r * lds + i < s_head; ++i)
+        ASSERT_TRUE(std::isnan(s[size_t(h * s_head + r * lds + i)])) << "padding written at key " << i;
+    }
+
+  // P V into accumulators that already hold values (in the layout the implementation keeps).
+  const int64_t ldp = t.keys + 2, p_head = t.m * ldp + 1, o_head = t.m * t.d + 7;
+  std::vector<float> p(size_t(t.heads * p_head));
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (float& x : p) x = unit(rng);
+  std::vector<float> o0(size_t(t.heads * o_head));
+  for (float& x : o0) x = dist(rng);
+  const bool interleaved = cpu::cache_output_interleaved(impl, t.dtype, t.d);
+  std::vector<float> o = o0;
+  if (interleaved)  // the inverse of cache_output_deinterleave on every accumulator row
+    for (int64_t h = 0; h < t.heads; ++h)
+      for (int64_t r = 0; r < t.m; ++r)
+        for (int64_t g = 0; g < t.d; g += 32)
+          for (int64_t j = 0; j < 16; ++j) {
+            const int64_t at = h * o_head + r * t.d + g;
+            o[size_t(at + j)] = o0[size_t(at + 2 * j)];
+            o[size_t(at + 16 + j)] = o0[size_t(at + 2 * j + 1)];
+          }
+  cpu::cache_accumulate(impl, block, p.data(), p_head, ldp, t.m, o.data(), o_head);
+  std::vector<float> row(size_t(t.d));
+  for (int64_t h = 0; h < t.heads; ++h) {
+    for (int64_t r = 0; r < t.m; ++r) {
+      const float* got = o.data() + h * o_head + r * t.d;
+      if (interleaved) {
+        cpu::cache_output_deinterleave(got, t.d, row.data());
+        got = row.data();
+      }
+      for (int64_t x = 0; x < t.d; ++x) {
+        double want = o0[size_t(h * o_head + r * t.d + x)], magnitude = std::fabs(want);
+        for (int64_t i = 0; i < t.keys; ++i) {
+          const double term = double(p[size_t(h * p_head + r * ldp + i)]) * cache_value(h, i, x);
+          want += term;
+          magnitude += std::fabs(term);
+        }
+        ASSERT_NEAR(got[x], want, 1e-6 * magnitude * std::sqrt(double(t.keys) + 1))
+            << "output of head " << h << " row " << r << " column " << x;
+      }
+    }
+    // The padding between heads' accumulators is not part of them.
+    for (int64_t x = t.m * t.d; x < o_head; ++x)
+      ASSERT_EQ(o[size_t(h * o_head + x)], o0[size_t(h * o_head + x)]) << "padding written, head " << h;
+  }
+}
+
+class CpuCacheRowsImpl : public ::testing::TestWithParam<cpu::CacheRowsImpl> {};
+
+TEST_P(CpuCacheRowsImpl, MatchesFloat64Loops) {
+  const cpu::CacheRowsImpl impl = GetParam();
+  if (!cpu::cache_rows_impl_available(impl))
+    GTEST_SKIP() << "this CPU (or this build) has no " << cpu::cache_rows_impl_name(impl) << " form";
+  std::mt19937_64 rng(11 + uint64_t(impl));
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32})
+    for (int64_t d : {128, 64, 256, 40, 72, 8})
+      for (const auto& mk : {std::pair<int64_t, int64_t>{4, 13}, {1, 4}, {3, 7}, {5, 1}, {9, 17}, {16, 9}})
+        check_cache_rows(impl, CacheRowsCase{dtype, d, mk.first, mk.second, d == 256 ? 2 : 3}, rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllForms, CpuCacheRowsImpl,
+                         ::testing::Values(cpu::CacheRowsImpl::kAvx512Bf16, cpu::CacheRowsImpl::kAvx512,
+                                           cpu::CacheRowsImpl::kPortable),
+                         [](const ::testing::TestParamInfo<cpu::CacheRowsImpl>& info) {
+                           return std::string(cpu::cache_rows_impl_name(info.param));
+                         });
 
 TEST(CpuTileGemm, EmptyDepthScalesC) {
   std::vector<float> c = {1.0f, 2.0f, 3.0f, 4.0f};

@@ -58,6 +58,52 @@ TEST_P(KVCacheCpu, MatchesReferenceAndAppendsInPlace) {
 INSTANTIATE_TEST_SUITE_P(Shapes, KVCacheCpu, ::testing::ValuesIn(cases()),
                          fa::testing::param_test_name<KVCaseSpec>);
 
+// Both paths of the decode kernel on the same grid, head dims that fill whole vectors and ones that do not:
+// the K/V rows read in place (up to kInPlaceMaxRows stacked rows; the AVX-512 form where the CPU has it,
+// the portable loops otherwise) and the rows gathered into fp32 blocks.
+std::vector<KVCaseSpec> path_cases() {
+  return fa::testing::kv_case_grid(KVCaseSpec{}, [](KVCaseSpec& s, int n) {
+    const DType dtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
+    const int64_t dims[] = {128, 40, 256, 72, 64};
+    s.dtype = dtypes[n % 3];
+    s.head_dim = dims[n % 5];
+    s.seqlen_new = n % 2 ? s.seqlen_q : 0;
+  });
+}
+
+struct DecodePathScope {
+  explicit DecodePathScope(fa::detail::cpu::DecodePath path) { fa::detail::cpu::override_decode_path(path); }
+  ~DecodePathScope() { fa::detail::cpu::override_decode_path(fa::detail::cpu::DecodePath::kAuto); }
+};
+
+class KVCacheCpuPaths : public ::testing::TestWithParam<fa::detail::cpu::DecodePath> {};
+
+TEST_P(KVCacheCpuPaths, EachPathMatchesTheReference) {
+  const DecodePathScope scope(GetParam());
+  const uint64_t seed = harness::pick_seed();
+  std::mt19937_64 rng(seed);
+  for (const KVCaseSpec& spec : path_cases()) {
+    SCOPED_TRACE(spec.name() + " seed " + std::to_string(seed));
+    HostKVCase c(spec, rng);
+    const KVExpected e = expected_for(c);
+    fa::RunInfo info;
+    const fa::Status s = fa::forward_kvcache(c.args(), &info);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    const bool few_rows = spec.heads_q / spec.heads_kv * spec.seqlen_q <= fa::detail::cpu::kInPlaceMaxRows;
+    const bool in_place = GetParam() == fa::detail::cpu::DecodePath::kInPlace && few_rows;
+    EXPECT_EQ(info.kernel.find("inplace") != std::string::npos, in_place) << info.kernel;
+    expect_result(c, e);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Forced, KVCacheCpuPaths,
+                         ::testing::Values(fa::detail::cpu::DecodePath::kGathered,
+                                           fa::detail::cpu::DecodePath::kInPlace),
+                         [](const ::testing::TestParamInfo<fa::detail::cpu::DecodePath>& info) {
+                           return std::string(info.param == fa::detail::cpu::DecodePath::kInPlace ? "InPlace"
+                                                                                                  : "Gathered");
+                         });
+
 TEST(KVCacheCpuSplits, OneThreeAndMaximumAgree) {
   const uint64_t seed = harness::pick_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
