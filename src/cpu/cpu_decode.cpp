@@ -246,6 +246,16 @@ enum DecodeBuffer : size_t {
   kQPacked, // [group tiles][stacked x stride] query rows as cache_scores reads them (in place only)
 };
 
+// One task's tiles and keys, as both paths of DecodeRunner::attend see them.
+struct TaskKeys {
+  const std::vector<size_t>& tiles;  // into DecodePlan::tiles, consecutive KV heads
+  const QueryTile& lead;             // the first of them
+  core::MaskSpec mask;
+  int64_t m;                         // stacked rows of every tile
+  int64_t c0, c1;                    // the chunk's keys [c0, c1)
+  float alpha;                       // the scores' scale
+};
+
 // Step 2 for one (tile group, chunk) task, and step 3 for one tile.
 class DecodeRunner {
  public:
@@ -273,108 +283,91 @@ class DecodeRunner {
         value_rows_(key_rows_.size()) {}
 
   void attend(const DecodeTask& task) {
+    const std::vector<size_t>& tiles = plan_.groups[task.group].tiles;
+    // The tiles of a group share the sequence, the rows and so the mask, the key chunks and the row count.
+    const QueryTile& lead = plan_.tiles[tiles.front()];
+    const KeySplit& keys = plan_.keys[tiles.front()];
+    const int64_t m = lead.stacked();
+    for (size_t g = 0; g < tiles.size(); ++g) {
+      load_stacked(qp_, qp_.q, plan_.tiles[tiles[g]], q_of(int64_t(g)));
+      fill_row(o_of(int64_t(g)), m * d_, 0.0f);
+      std::fill(rows_of(int64_t(g)), rows_of(int64_t(g)) + m, core::OnlineSoftmaxRow{});
+    }
+    // Softcap needs the score in natural units before the cap; without it fold log2(e) into the product.
+    const float alpha = kp_.softcap > 0.0f ? kp_.scale : kp_.scale * core::kLog2e;
+    const TaskKeys range{tiles, lead, kp_.mask(lead.batch), m, keys.chunk_begin(task.split),
+                         keys.chunk_end(task.split), alpha};
     if (plan_.in_place)
-      attend_in_place(task);
+      attend_in_place(range);
     else
-      attend_gathered(task);
+      attend_gathered(range);
+    for (size_t g = 0; g < tiles.size(); ++g) finish(tiles[g], task.split, o_of(int64_t(g)), rows_of(int64_t(g)));
   }
 
   // The tiles' products with the cache rows read in place: per block, the scores of every tile of the
   // group in one pass over the keys' K rows (all KV heads of a key together), each tile's online softmax,
   // then P V of every tile in one pass over the V rows.
-  void attend_in_place(const DecodeTask& task) {
-    const std::vector<size_t>& tiles = plan_.groups[task.group].tiles;
-    const int64_t count = int64_t(tiles.size());
-    const QueryTile& lead = plan_.tiles[tiles.front()];
-    const KeySplit& keys = plan_.keys[tiles.front()];
-    const int64_t m = lead.stacked();
+  void attend_in_place(const TaskKeys& t) {
+    const int64_t count = int64_t(t.tiles.size());
     const int64_t bc = plan_.block_keys;
-    const core::MaskSpec mask = kp_.mask(lead.batch);
     float* s = scratch_[kS];
-
-    for (int64_t g = 0; g < count; ++g) {
-      load_stacked(qp_, qp_.q, plan_.tiles[tiles[size_t(g)]], q_of(g));
-      fill_row(o_of(g), m * d_, 0.0f);
-      std::fill(rows_of(g), rows_of(g) + m, core::OnlineSoftmaxRow{});
-    }
-    cache_query_pack(impl_, kp_.dtype, q_of(0), tile_floats_, count, m, d_, scratch_[kQPacked]);
-
+    cache_query_pack(impl_, kp_.dtype, q_of(0), tile_floats_, count, t.m, d_, scratch_[kQPacked]);
     // A group's tiles are consecutive KV heads (make_plan), so head g's row is g head strides past the
     // first one's.
     const int64_t elem = dtype_size(kp_.dtype);
-    const int64_t first_head = lead.kv_head;
-    const float alpha = kp_.softcap > 0.0f ? kp_.scale : kp_.scale * core::kLog2e;
-    const int64_t c0 = keys.chunk_begin(task.split), c1 = keys.chunk_end(task.split);
-    for (int64_t k0 = c0; k0 < c1; k0 += bc) {
-      const int64_t kn = std::min(bc, c1 - k0);
+    const int64_t k_head = t.lead.kv_head * kp_.k_cache.head_stride, v_head = t.lead.kv_head * kp_.v_cache.head_stride;
+    const char* k_base = static_cast<const char*>(kp_.k_cache.ptr);
+    const char* v_base = static_cast<const char*>(kp_.v_cache.ptr);
+    for (int64_t k0 = t.c0; k0 < t.c1; k0 += bc) {
+      const int64_t kn = std::min(bc, t.c1 - k0);
       for (int64_t i = 0; i < kn; ++i) {
-        key_rows_[size_t(i)] = static_cast<const char*>(kp_.k_cache.ptr) +
-                               (kp_.cache_row(kp_.k_cache, lead.batch, k0 + i) + first_head * kp_.k_cache.head_stride) * elem;
-        value_rows_[size_t(i)] = static_cast<const char*>(kp_.v_cache.ptr) +
-                                 (kp_.cache_row(kp_.v_cache, lead.batch, k0 + i) + first_head * kp_.v_cache.head_stride) * elem;
+        key_rows_[size_t(i)] = k_base + (kp_.cache_row(kp_.k_cache, t.lead.batch, k0 + i) + k_head) * elem;
+        value_rows_[size_t(i)] = v_base + (kp_.cache_row(kp_.v_cache, t.lead.batch, k0 + i) + v_head) * elem;
       }
       const CacheBlock k_block{kp_.dtype, key_rows_.data(), kp_.k_cache.head_stride * elem, count, kn, d_};
-      cache_scores(impl_, k_block, scratch_[kQPacked], m, alpha, s, m * bc, bc);
+      cache_scores(impl_, k_block, scratch_[kQPacked], t.m, t.alpha, s, t.m * bc, bc);
       for (int64_t g = 0; g < count; ++g) {
-        float* sg = s + g * m * bc;
+        float* sg = s + g * t.m * bc;
         ProbabilitiesInPlace probabilities(sg, bc, kn);
-        online_softmax_block(sg, bc, m, kn, k0, plan_.tiles[tiles[size_t(g)]], mask, kp_.softcap,
+        online_softmax_block(sg, bc, t.m, kn, k0, plan_.tiles[t.tiles[size_t(g)]], t.mask, kp_.softcap,
                              /*score_scale=*/1.0f, o_of(g), d_, rows_of(g), probabilities, [] {});
       }
       const CacheBlock v_block{kp_.dtype, value_rows_.data(), kp_.v_cache.head_stride * elem, count, kn, d_};
-      cache_accumulate(impl_, v_block, s, m * bc, bc, m, o_of(0), tile_floats_);
+      cache_accumulate(impl_, v_block, s, t.m * bc, bc, t.m, o_of(0), tile_floats_);
     }
     if (cache_output_interleaved(impl_, kp_.dtype, d_)) {
-      // Each accumulator row back in column order (through the K/Q scratch, free after the loop).
-      float* row = scratch_[kS];
+      // Each accumulator row back in column order (through the score buffer, free after the loop).
       for (int64_t g = 0; g < count; ++g)
-        for (int64_t r = 0; r < m; ++r) {
-          cache_output_deinterleave(o_of(g) + r * d_, d_, row);
-          std::copy(row, row + d_, o_of(g) + r * d_);
+        for (int64_t r = 0; r < t.m; ++r) {
+          cache_output_deinterleave(o_of(g) + r * d_, d_, s);
+          std::copy(s, s + d_, o_of(g) + r * d_);
         }
     }
-    for (int64_t g = 0; g < count; ++g) finish(tiles[size_t(g)], task.split, o_of(g), rows_of(g));
   }
 
-  void attend_gathered(const DecodeTask& task) {
-    const std::vector<size_t>& tiles = plan_.groups[task.group].tiles;
-    const int64_t count = int64_t(tiles.size());
-    // The tiles of a group share the sequence, the rows and so the mask, the key chunks and the row count.
-    const QueryTile& lead = plan_.tiles[tiles.front()];
-    const KeySplit& keys = plan_.keys[tiles.front()];
-    const int64_t m = lead.stacked();
+  // The tiles' products on fp32 blocks: per block, every tile's K and V rows gathered and converted, then
+  // per tile S = Q K^T, the online softmax and O += P V through tile_gemm.
+  void attend_gathered(const TaskKeys& t) {
     const int64_t bc = plan_.block_keys;
-    const core::MaskSpec mask = kp_.mask(lead.batch);
     float* s = scratch_[kS];
     float* k = scratch_[kK];
     float* v = scratch_[kV];
-
-    for (int64_t g = 0; g < count; ++g) {
-      load_stacked(qp_, qp_.q, plan_.tiles[tiles[size_t(g)]], q_of(g));
-      fill_row(o_of(g), m * d_, 0.0f);
-      std::fill(rows_of(g), rows_of(g) + m, core::OnlineSoftmaxRow{});
-    }
-
-    // Softcap needs the score in natural units before the cap; without it fold log2(e) into the product.
-    const float alpha = kp_.softcap > 0.0f ? kp_.scale : kp_.scale * core::kLog2e;
-    const int64_t c0 = keys.chunk_begin(task.split), c1 = keys.chunk_end(task.split);
-    for (int64_t k0 = c0; k0 < c1; k0 += bc) {
-      const int64_t kn = std::min(bc, c1 - k0);
-      gather_rows(kp_.k_cache, tiles, lead.batch, k0, kn, k);
-      gather_rows(kp_.v_cache, tiles, lead.batch, k0, kn, v);
-      for (int64_t g = 0; g < count; ++g) {
-        const QueryTile& tile = plan_.tiles[tiles[size_t(g)]];
+    for (int64_t k0 = t.c0; k0 < t.c1; k0 += bc) {
+      const int64_t kn = std::min(bc, t.c1 - k0);
+      gather_rows(kp_.k_cache, t.tiles, t.lead.batch, k0, kn, k);
+      gather_rows(kp_.v_cache, t.tiles, t.lead.batch, k0, kn, v);
+      for (int64_t g = 0; g < int64_t(t.tiles.size()); ++g) {
+        const QueryTile& tile = plan_.tiles[t.tiles[size_t(g)]];
         float* o = o_of(g);
-        tile_gemm(Op::kNone, Op::kTranspose, m, kn, d_, alpha, q_of(g), d_, k + g * block_floats_, d_,
+        tile_gemm(Op::kNone, Op::kTranspose, t.m, kn, d_, t.alpha, q_of(g), d_, k + g * block_floats_, d_,
                   /*beta=*/0.0f, s, bc);
         ProbabilitiesInPlace probabilities(s, bc, kn);
-        online_softmax_block(s, bc, m, kn, k0, tile, mask, kp_.softcap, /*score_scale=*/1.0f, o, d_, rows_of(g),
-                             probabilities, [] {});
-        tile_gemm(Op::kNone, Op::kNone, m, d_, kn, /*alpha=*/1.0f, s, bc, v + g * block_floats_, d_, /*beta=*/1.0f,
-                  o, d_);
+        online_softmax_block(s, bc, t.m, kn, k0, tile, t.mask, kp_.softcap, /*score_scale=*/1.0f, o, d_,
+                             rows_of(g), probabilities, [] {});
+        tile_gemm(Op::kNone, Op::kNone, t.m, d_, kn, /*alpha=*/1.0f, s, bc, v + g * block_floats_, d_,
+                  /*beta=*/1.0f, o, d_);
       }
     }
-    for (int64_t g = 0; g < count; ++g) finish(tiles[size_t(g)], task.split, o_of(g), rows_of(g));
   }
 
   // A tile's rows after its chunk: the output (a tile with one chunk) or the chunk's partial rows.
