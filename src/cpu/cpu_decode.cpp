@@ -21,6 +21,7 @@
 #include <exception>
 #include <limits>
 #include <map>
+#include <memory>
 #include <new>
 #include <string>
 #include <tuple>
@@ -28,7 +29,9 @@
 
 #include "api/backend.h"
 #include "core/softmax_online.h"
+#include "cpu/bf16_tile_products.h"
 #include "cpu/cache_rows.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/row_ops.h"
 #include "cpu/scratch.h"
 #include "cpu/thread_pool.h"
@@ -56,7 +59,8 @@ constexpr int64_t kGroupTileBytes = 2 * 1024 * 1024;
 std::atomic<int> g_decode_path{int(DecodePath::kAuto)};
 
 // The query side of the call as a detail::Problem (padded layout, no varlen), so the tiling helpers
-// (query tiles, stacked loads and stores) serve the decode kernel too. Only the query-side fields are set.
+// (query tiles, stacked loads and stores) and the bf16 tile products serve the decode kernel too. Only the
+// query-side fields, the scale and the softcap are set.
 Problem query_view(const KVCacheProblem& kp) {
   Problem p;
   p.dtype = kp.dtype;
@@ -74,6 +78,8 @@ Problem query_view(const KVCacheProblem& kp) {
   p.lse = kp.lse;
   p.algorithm = kp.algorithm;
   p.num_threads = kp.num_threads;
+  p.scale = kp.scale;
+  p.softcap = kp.softcap;  // the bf16 tile products scale capped scores themselves
   return p;
 }
 
@@ -132,7 +138,8 @@ struct DecodePlan {
   int64_t partial_rows = 0;
   int64_t group_tiles = 1;  // tiles per group (heads_kv)
   int64_t block_keys = 0;   // keys per block of a task
-  bool in_place = false;    // products with the cache rows in place (every tile has <= kInPlaceMaxRows rows)
+  DecodePath path = DecodePath::kGathered;  // kInPlace, kTiles or kGathered (decode_path)
+  Bf16Products products = Bf16Products::kFp32;  // of kTiles
 };
 
 // Tiles per group at most: their query rows and output accumulators in fp32 (decode's few rows: a few KB a
@@ -160,15 +167,29 @@ int64_t group_block_keys(int64_t group_tiles, int64_t head_dim) {
   return keys;
 }
 
-// Whether the tiles of this call take the products with the cache rows in place: their stacked rows (the
-// query heads of a tile times its query rows, at most seqlen_q) are few enough, and the CPU runs an AVX-512
-// form of them (the portable loops lose to the tile products).
-bool decode_in_place(const Problem& qp) {
-  const DecodePath path = DecodePath(g_decode_path.load(std::memory_order_relaxed));
-  if (path == DecodePath::kGathered) return false;
+// Which products the tiles of this call take (cpu_decode.h): the cache rows in place where their stacked
+// rows (the query heads of a tile times its query rows, at most seqlen_q) are few enough and the CPU runs an
+// AVX-512 form of them (the portable loops lose to the tile products); else the bf16 tiles where the
+// forward kernel takes them (bf16/fp16, head_dim a multiple of 32, AMX); else fp32 blocks.
+DecodePath decode_path(const Problem& qp) {
+  const DecodePath forced = DecodePath(g_decode_path.load(std::memory_order_relaxed));
+  const bool tiles = tile_products(qp) != Bf16Products::kFp32;
+  if (forced == DecodePath::kGathered) return DecodePath::kGathered;
+  if (forced == DecodePath::kTiles) return tiles ? DecodePath::kTiles : DecodePath::kGathered;
   const int64_t rows = std::min(rows_per_tile(qp, kDecodeTile), std::max<int64_t>(1, qp.seqlen_q));
-  if (heads_per_tile(qp, kDecodeTile) * rows > kInPlaceMaxRows) return false;
-  return path == DecodePath::kInPlace || cache_rows_best_impl(qp.dtype) != CacheRowsImpl::kPortable;
+  if (heads_per_tile(qp, kDecodeTile) * rows <= kInPlaceMaxRows &&
+      (forced == DecodePath::kInPlace || cache_rows_best_impl(qp.dtype) != CacheRowsImpl::kPortable))
+    return DecodePath::kInPlace;
+  return tiles ? DecodePath::kTiles : DecodePath::kGathered;
+}
+
+// The kernel name's last part for that path.
+std::string decode_path_name(const Problem& qp) {
+  switch (decode_path(qp)) {
+    case DecodePath::kInPlace: return std::string("inplace_") + cache_rows_impl_name(cache_rows_best_impl(qp.dtype));
+    case DecodePath::kTiles: return std::string("tiles_") + bf16_products_name(tile_products(qp));
+    default: return tile_gemm_impl();
+  }
 }
 
 DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuristic) {
@@ -208,10 +229,12 @@ DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuris
   plan.groups = std::move(groups);
   for (size_t g = 0; g < plan.groups.size(); ++g)
     for (int64_t i = 0; i < plan.keys[plan.groups[g].tiles.front()].splits; ++i) plan.tasks.push_back({g, i});
-  // Without fp32 blocks the keys per block need no limit for the L2: only the scores of the group's tiles
-  // (group_tiles x rows x block_keys floats) are kept.
-  plan.in_place = decode_in_place(qp);
-  plan.block_keys = plan.in_place ? kDecodeTile.block_keys : group_block_keys(plan.group_tiles, kp.head_dim);
+  // Without fp32 blocks the keys per block need no limit for the L2: the in-place path keeps only the
+  // scores of the group's tiles (group_tiles x rows x block_keys floats), the tiles one block of bf16 rows.
+  plan.path = decode_path(qp);
+  plan.products = plan.path == DecodePath::kTiles ? tile_products(qp) : Bf16Products::kFp32;
+  plan.block_keys = plan.path == DecodePath::kGathered ? group_block_keys(plan.group_tiles, kp.head_dim)
+                                                       : kDecodeTile.block_keys;
   return plan;
 }
 
@@ -244,6 +267,8 @@ enum DecodeBuffer : size_t {
   kV,       // [group tiles][Bc x d] V rows (not in place)
   kFactor,  // [stacked] 1 / row sum at the end
   kQPacked, // [group tiles][stacked x stride] query rows as cache_scores reads them (in place only)
+  kRowsK,   // [Bc x d] one head's K rows as stored, 16-bit (tiles only)
+  kRowsV,   // [Bc x d] its V rows
 };
 
 // One task's tiles and keys, as both paths of DecodeRunner::attend see them.
@@ -265,22 +290,30 @@ class DecodeRunner {
         qp_(qp),
         plan_(plan),
         d_(kp.head_dim),
-        max_stacked_(heads_per_tile(qp, kDecodeTile) * rows_per_tile(qp, kDecodeTile)),
+        // Rounded up to whole 32-row blocks, the rows the bf16 tile products touch.
+        max_stacked_(round_up_to_tile(heads_per_tile(qp, kDecodeTile) * rows_per_tile(qp, kDecodeTile))),
         tile_floats_(max_stacked_ * d_),
         block_floats_(plan.block_keys * d_),
         partial_o_(partial_o),
         partial_lse_(partial_lse),
         impl_(cache_rows_best_impl(kp.dtype)),
         scratch_({plan.group_tiles * tile_floats_, plan.group_tiles * tile_floats_,
-                  (plan.in_place ? plan.group_tiles : 1) * max_stacked_ * plan.block_keys,
-                  plan.in_place ? 0 : plan.group_tiles * block_floats_,
-                  plan.in_place ? 0 : plan.group_tiles * block_floats_, max_stacked_,
-                  plan.in_place ? plan.group_tiles * max_stacked_ * cache_query_stride(impl_, kp.dtype, d_) *
-                                      cache_query_elem_bytes(impl_, kp.dtype) / int64_t(sizeof(float))
-                                : 0}),
+                  (in_place() ? plan.group_tiles : 1) * max_stacked_ * plan.block_keys,
+                  gathered() ? plan.group_tiles * block_floats_ : 0,
+                  gathered() ? plan.group_tiles * block_floats_ : 0, max_stacked_,
+                  in_place() ? plan.group_tiles * max_stacked_ * cache_query_stride(impl_, kp.dtype, d_) *
+                                   cache_query_elem_bytes(impl_, kp.dtype) / int64_t(sizeof(float))
+                             : 0,
+                  tiles() ? Scratch::halves(block_floats_) : 0, tiles() ? Scratch::halves(block_floats_) : 0}),
         rows_(size_t(plan.group_tiles * max_stacked_)),
-        key_rows_(size_t(plan.in_place ? plan.block_keys : 0)),
-        value_rows_(key_rows_.size()) {}
+        key_rows_(size_t(in_place() ? plan.block_keys : 0)),
+        value_rows_(key_rows_.size()) {
+    // One set of bf16 tile operands per tile of a group (each holds its tile's query rows).
+    if (tiles())
+      for (int64_t g = 0; g < plan.group_tiles; ++g)
+        tile_products_.push_back(
+            std::make_unique<Bf16TileProducts>(qp, max_stacked_, plan.block_keys, plan.products));
+  }
 
   void attend(const DecodeTask& task) {
     const std::vector<size_t>& tiles = plan_.groups[task.group].tiles;
@@ -288,17 +321,24 @@ class DecodeRunner {
     const QueryTile& lead = plan_.tiles[tiles.front()];
     const KeySplit& keys = plan_.keys[tiles.front()];
     const int64_t m = lead.stacked();
+    // The bf16 tile products accumulate whole 32-row blocks.
+    const int64_t o_rows = this->tiles() ? Bf16TileProducts::padded_rows(m) : m;
     for (size_t g = 0; g < tiles.size(); ++g) {
-      load_stacked(qp_, qp_.q, plan_.tiles[tiles[g]], q_of(int64_t(g)));
-      fill_row(o_of(int64_t(g)), m * d_, 0.0f);
+      if (this->tiles())
+        tile_products_[g]->load_q(plan_.tiles[tiles[g]]);
+      else
+        load_stacked(qp_, qp_.q, plan_.tiles[tiles[g]], q_of(int64_t(g)));
+      fill_row(o_of(int64_t(g)), o_rows * d_, 0.0f);
       std::fill(rows_of(int64_t(g)), rows_of(int64_t(g)) + m, core::OnlineSoftmaxRow{});
     }
     // Softcap needs the score in natural units before the cap; without it fold log2(e) into the product.
     const float alpha = kp_.softcap > 0.0f ? kp_.scale : kp_.scale * core::kLog2e;
     const TaskKeys range{tiles, lead, kp_.mask(lead.batch), m, keys.chunk_begin(task.split),
                          keys.chunk_end(task.split), alpha};
-    if (plan_.in_place)
+    if (in_place())
       attend_in_place(range);
+    else if (this->tiles())
+      attend_tiles(range);
     else
       attend_gathered(range);
     for (size_t g = 0; g < tiles.size(); ++g) finish(tiles[g], task.split, o_of(int64_t(g)), rows_of(int64_t(g)));
@@ -342,6 +382,37 @@ class DecodeRunner {
           cache_output_deinterleave(o_of(g) + r * d_, d_, s);
           std::copy(s, s + d_, o_of(g) + r * d_);
         }
+    }
+  }
+
+  // The tiles' products on bf16 tiles (AMX), as in the forward kernel: per block and tile, its head's K and
+  // V rows copied as stored (a paged cache scatters them) and packed, S = Q K^T, the online softmax with P
+  // as two bf16 terms, O += P V.
+  void attend_tiles(const TaskKeys& t) {
+    const int64_t bc = plan_.block_keys;
+    float* s = scratch_[kS];
+    uint16_t* k_rows = scratch_.u16(kRowsK);
+    uint16_t* v_rows = scratch_.u16(kRowsV);
+    const size_t row_bytes = size_t(d_) * sizeof(uint16_t);
+    for (int64_t k0 = t.c0; k0 < t.c1; k0 += bc) {
+      const int64_t kn = std::min(bc, t.c1 - k0);
+      for (int64_t g = 0; g < int64_t(t.tiles.size()); ++g) {
+        const QueryTile& tile = plan_.tiles[t.tiles[size_t(g)]];
+        for (int64_t i = 0; i < kn; ++i) {
+          const int64_t k_at = kp_.cache_row(kp_.k_cache, t.lead.batch, k0 + i) + tile.kv_head * kp_.k_cache.head_stride;
+          const int64_t v_at = kp_.cache_row(kp_.v_cache, t.lead.batch, k0 + i) + tile.kv_head * kp_.v_cache.head_stride;
+          std::memcpy(k_rows + i * d_, static_cast<const uint16_t*>(kp_.k_cache.ptr) + k_at, row_bytes);
+          std::memcpy(v_rows + i * d_, static_cast<const uint16_t*>(kp_.v_cache.ptr) + v_at, row_bytes);
+        }
+        Bf16TileProducts& products = *tile_products_[size_t(g)];
+        products.load_kv_rows(k_rows, d_, v_rows, d_, kn);
+        float* o = o_of(g);
+        const float score_scale = products.scores(t.m, kn, t.alpha, s, bc);
+        auto probabilities = products.probabilities(s, bc, kn);
+        online_softmax_block(s, bc, t.m, kn, k0, tile, t.mask, kp_.softcap, score_scale, o, d_, rows_of(g),
+                             probabilities, [] {});
+        products.accumulate(t.m, kn, s, bc, o);
+      }
     }
   }
 
@@ -435,6 +506,9 @@ class DecodeRunner {
     }
   }
 
+  bool in_place() const { return plan_.path == DecodePath::kInPlace; }
+  bool tiles() const { return plan_.path == DecodePath::kTiles; }
+  bool gathered() const { return plan_.path == DecodePath::kGathered; }
   float* q_of(int64_t g) const { return scratch_[kQ] + g * tile_floats_; }
   float* o_of(int64_t g) const { return scratch_[kO] + g * tile_floats_; }
   core::OnlineSoftmaxRow* rows_of(int64_t g) { return rows_.data() + g * max_stacked_; }
@@ -458,6 +532,7 @@ class DecodeRunner {
   Scratch scratch_;
   std::vector<core::OnlineSoftmaxRow> rows_;
   std::vector<const char*> key_rows_, value_rows_;  // a block's cache rows (in place)
+  std::vector<std::unique_ptr<Bf16TileProducts>> tile_products_;  // per tile of a group (tiles)
 };
 
 Status run_decode(const KVCacheProblem& kp, int workers) {
@@ -522,10 +597,7 @@ Status cpu_forward_kvcache(const KVCacheProblem& p, RunInfo* info) {
   if (info) {
     info->backend = Backend::kCPU;
     info->algorithm = Algorithm::kFA2;
-    info->kernel = std::string("cpu_fa2_decode_splitkv_") +
-                   (cpu::decode_in_place(qp) ? std::string("inplace_") + cpu::cache_rows_impl_name(
-                                                                            cpu::cache_rows_best_impl(p.dtype))
-                                             : std::string(cpu::tile_gemm_impl()));
+    info->kernel = std::string("cpu_fa2_decode_splitkv_") + cpu::decode_path_name(qp);
   }
   try {
     const int workers = cpu::resolve_worker_count(p.num_threads, std::numeric_limits<int64_t>::max());

@@ -23,10 +23,14 @@ int64_t heuristic_kv_splits(const KVCacheProblem& p, int workers);
 // AVX-512, gather each block into fp32 buffers for the tile products.
 constexpr int64_t kInPlaceMaxRows = 16;
 
+// Tiles of more rows take the forward kernel's bf16 tile products where it does (bf16 and fp16 inputs,
+// head_dim a multiple of 32, a CPU with AMX), and fp32 blocks otherwise.
+//
 // For tests: which path the decode kernel takes. kAuto: as above; kGathered: always the fp32 blocks;
 // kInPlace: the in-place products wherever the rows allow, with the portable loops on a CPU without
-// AVX-512. Not thread-safe against running calls.
-enum class DecodePath { kAuto, kGathered, kInPlace };
+// AVX-512; kTiles: the bf16 tiles wherever the forward kernel takes them (its portable emulation where
+// override_bf16_products asks for it). Not thread-safe against running calls.
+enum class DecodePath { kAuto, kGathered, kInPlace, kTiles };
 void override_decode_path(DecodePath path);
 
 }  // namespace flashattn::detail::cpu

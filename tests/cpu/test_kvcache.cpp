@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bf16_products.h"
 #include "common/kvcache_case.h"
 #include "cpu/cpu_decode.h"
 #include "flashattn/flashattn_c.h"
@@ -58,9 +59,10 @@ TEST_P(KVCacheCpu, MatchesReferenceAndAppendsInPlace) {
 INSTANTIATE_TEST_SUITE_P(Shapes, KVCacheCpu, ::testing::ValuesIn(cases()),
                          fa::testing::param_test_name<KVCaseSpec>);
 
-// Both paths of the decode kernel on the same grid, head dims that fill whole vectors and ones that do not:
+// Every path of the decode kernel on the same grid, head dims that fill whole vectors and ones that do not:
 // the K/V rows read in place (up to kInPlaceMaxRows stacked rows; the AVX-512 form where the CPU has it,
-// the portable loops otherwise) and the rows gathered into fp32 blocks.
+// the portable loops otherwise), the bf16 tile products (AMX, and its portable emulation; bf16 and fp16
+// with head_dim a multiple of 32) and the rows gathered into fp32 blocks.
 std::vector<KVCaseSpec> path_cases() {
   return fa::testing::kv_case_grid(KVCaseSpec{}, [](KVCaseSpec& s, int n) {
     const DType dtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
@@ -68,6 +70,7 @@ std::vector<KVCaseSpec> path_cases() {
     s.dtype = dtypes[n % 3];
     s.head_dim = dims[n % 5];
     s.seqlen_new = n % 2 ? s.seqlen_q : 0;
+    s.cache_lens = {0, 1, 255, 1100};  // several blocks and chunks, a quarter of the grid's longest
   });
 }
 
@@ -76,10 +79,21 @@ struct DecodePathScope {
   ~DecodePathScope() { fa::detail::cpu::override_decode_path(fa::detail::cpu::DecodePath::kAuto); }
 };
 
-class KVCacheCpuPaths : public ::testing::TestWithParam<fa::detail::cpu::DecodePath> {};
+struct ForcedPath {
+  fa::detail::cpu::DecodePath path;
+  fa::detail::cpu::Bf16Products products;  // of kTiles
+  const char* name;
+};
+
+class KVCacheCpuPaths : public ::testing::TestWithParam<ForcedPath> {};
 
 TEST_P(KVCacheCpuPaths, EachPathMatchesTheReference) {
-  const DecodePathScope scope(GetParam());
+  using fa::detail::cpu::DecodePath;
+  const ForcedPath forced = GetParam();
+  if (forced.path == DecodePath::kTiles && !fa::testing::bf16_products_runnable(forced.products))
+    GTEST_SKIP() << "this CPU (or this build) has no AMX bf16 tile multiplies";
+  const DecodePathScope scope(forced.path);
+  const fa::testing::ScopedBf16Products products(forced.products);
   const uint64_t seed = harness::pick_seed();
   std::mt19937_64 rng(seed);
   for (const KVCaseSpec& spec : path_cases()) {
@@ -90,19 +104,23 @@ TEST_P(KVCacheCpuPaths, EachPathMatchesTheReference) {
     const fa::Status s = fa::forward_kvcache(c.args(), &info);
     ASSERT_TRUE(s.ok()) << s.to_string();
     const bool few_rows = spec.heads_q / spec.heads_kv * spec.seqlen_q <= fa::detail::cpu::kInPlaceMaxRows;
-    const bool in_place = GetParam() == fa::detail::cpu::DecodePath::kInPlace && few_rows;
-    EXPECT_EQ(info.kernel.find("inplace") != std::string::npos, in_place) << info.kernel;
+    const bool half = spec.dtype != DType::kFloat32 && spec.head_dim % 32 == 0;
+    EXPECT_EQ(info.kernel.find("inplace") != std::string::npos, forced.path == DecodePath::kInPlace && few_rows)
+        << info.kernel;
+    EXPECT_EQ(info.kernel.find("tiles") != std::string::npos, forced.path == DecodePath::kTiles && half)
+        << info.kernel;
     expect_result(c, e);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Forced, KVCacheCpuPaths,
-                         ::testing::Values(fa::detail::cpu::DecodePath::kGathered,
-                                           fa::detail::cpu::DecodePath::kInPlace),
-                         [](const ::testing::TestParamInfo<fa::detail::cpu::DecodePath>& info) {
-                           return std::string(info.param == fa::detail::cpu::DecodePath::kInPlace ? "InPlace"
-                                                                                                  : "Gathered");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Forced, KVCacheCpuPaths,
+    ::testing::Values(ForcedPath{fa::detail::cpu::DecodePath::kGathered, fa::detail::cpu::Bf16Products::kFp32, "Gathered"},
+                      ForcedPath{fa::detail::cpu::DecodePath::kInPlace, fa::detail::cpu::Bf16Products::kFp32, "InPlace"},
+                      ForcedPath{fa::detail::cpu::DecodePath::kTiles, fa::detail::cpu::Bf16Products::kAmx, "TilesAmx"},
+                      ForcedPath{fa::detail::cpu::DecodePath::kTiles, fa::detail::cpu::Bf16Products::kEmulated,
+                                 "TilesEmulated"}),
+    [](const ::testing::TestParamInfo<ForcedPath>& info) { return std::string(info.param.name); });
 
 TEST(KVCacheCpuSplits, OneThreeAndMaximumAgree) {
   const uint64_t seed = harness::pick_seed();
