@@ -170,16 +170,21 @@ int64_t group_block_keys(int64_t group_tiles, int64_t head_dim) {
 // Which products the tiles of this call take (cpu_decode.h): the cache rows in place where their stacked
 // rows (the query heads of a tile times its query rows, at most seqlen_q) are few enough and the CPU runs an
 // AVX-512 form of them (the portable loops lose to the tile products); else the bf16 tiles where the
-// forward kernel takes them (bf16/fp16, head_dim a multiple of 32, AMX); else fp32 blocks.
+// forward kernel takes them (bf16/fp16, head_dim a multiple of 32, AMX); else fp32 blocks. A forced path
+// takes its products wherever they can run.
 DecodePath decode_path(const Problem& qp) {
   const DecodePath forced = DecodePath(g_decode_path.load(std::memory_order_relaxed));
   const bool tiles = tile_products(qp) != Bf16Products::kFp32;
-  if (forced == DecodePath::kGathered) return DecodePath::kGathered;
-  if (forced == DecodePath::kTiles) return tiles ? DecodePath::kTiles : DecodePath::kGathered;
-  const int64_t rows = std::min(rows_per_tile(qp, kDecodeTile), std::max<int64_t>(1, qp.seqlen_q));
-  if (heads_per_tile(qp, kDecodeTile) * rows <= kInPlaceMaxRows &&
-      (forced == DecodePath::kInPlace || cache_rows_best_impl(qp.dtype) != CacheRowsImpl::kPortable))
-    return DecodePath::kInPlace;
+  const int64_t rows = heads_per_tile(qp, kDecodeTile) *
+                       std::min(rows_per_tile(qp, kDecodeTile), std::max<int64_t>(1, qp.seqlen_q));
+  switch (forced) {
+    case DecodePath::kGathered: return DecodePath::kGathered;
+    case DecodePath::kTiles: return tiles ? DecodePath::kTiles : DecodePath::kGathered;
+    case DecodePath::kInPlace: return rows <= kInPlaceMaxRows ? DecodePath::kInPlace : DecodePath::kGathered;
+    case DecodePath::kAuto: break;
+  }
+  const bool avx512 = cache_rows_best_impl(qp.dtype) != CacheRowsImpl::kPortable;
+  if (avx512 && rows <= (tiles ? kInPlaceMaxRowsBesideTiles : kInPlaceMaxRows)) return DecodePath::kInPlace;
   return tiles ? DecodePath::kTiles : DecodePath::kGathered;
 }
 
