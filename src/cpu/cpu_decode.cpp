@@ -312,13 +312,7 @@ class DecodeRunner {
                   tiles() ? Scratch::halves(block_floats_) : 0, tiles() ? Scratch::halves(block_floats_) : 0}),
         rows_(size_t(plan.group_tiles * max_stacked_)),
         key_rows_(size_t(in_place() ? plan.block_keys : 0)),
-        value_rows_(key_rows_.size()) {
-    // One set of bf16 tile operands per tile of a group (each holds its tile's query rows).
-    if (tiles())
-      for (int64_t g = 0; g < plan.group_tiles; ++g)
-        tile_products_.push_back(
-            std::make_unique<Bf16TileProducts>(qp, max_stacked_, plan.block_keys, plan.products));
-  }
+        value_rows_(key_rows_.size()) {}
 
   void attend(const DecodeTask& task) {
     const std::vector<size_t>& tiles = plan_.groups[task.group].tiles;
@@ -328,6 +322,10 @@ class DecodeRunner {
     const int64_t m = lead.stacked();
     // The bf16 tile products accumulate whole 32-row blocks.
     const int64_t o_rows = this->tiles() ? Bf16TileProducts::padded_rows(m) : m;
+    // One set of bf16 tile operands per tile of a group (each holds its tile's query rows), made by the
+    // first task (the merge pass needs none).
+    while (this->tiles() && tile_products_.size() < tiles.size())
+      tile_products_.push_back(std::make_unique<Bf16TileProducts>(qp_, max_stacked_, plan_.block_keys, plan_.products));
     for (size_t g = 0; g < tiles.size(); ++g) {
       if (this->tiles())
         tile_products_[g]->load_q(plan_.tiles[tiles[g]]);
@@ -391,8 +389,8 @@ class DecodeRunner {
   }
 
   // The tiles' products on bf16 tiles (AMX), as in the forward kernel: per block and tile, its head's K and
-  // V rows copied as stored (a paged cache scatters them) and packed, S = Q K^T, the online softmax with P
-  // as two bf16 terms, O += P V.
+  // V rows packed (read in place from a contiguous cache, first copied as stored from a paged one, which
+  // scatters them), S = Q K^T, the online softmax with P as two bf16 terms, O += P V.
   void attend_tiles(const TaskKeys& t) {
     const int64_t bc = plan_.block_keys;
     float* s = scratch_[kS];
@@ -403,14 +401,20 @@ class DecodeRunner {
       const int64_t kn = std::min(bc, t.c1 - k0);
       for (int64_t g = 0; g < int64_t(t.tiles.size()); ++g) {
         const QueryTile& tile = plan_.tiles[t.tiles[size_t(g)]];
-        for (int64_t i = 0; i < kn; ++i) {
-          const int64_t k_at = kp_.cache_row(kp_.k_cache, t.lead.batch, k0 + i) + tile.kv_head * kp_.k_cache.head_stride;
-          const int64_t v_at = kp_.cache_row(kp_.v_cache, t.lead.batch, k0 + i) + tile.kv_head * kp_.v_cache.head_stride;
-          std::memcpy(k_rows + i * d_, static_cast<const uint16_t*>(kp_.k_cache.ptr) + k_at, row_bytes);
-          std::memcpy(v_rows + i * d_, static_cast<const uint16_t*>(kp_.v_cache.ptr) + v_at, row_bytes);
-        }
+        auto row = [&](const CacheStrided& c, int64_t i) {
+          return static_cast<const uint16_t*>(c.ptr) + kp_.cache_row(c, t.lead.batch, k0 + i) + tile.kv_head * c.head_stride;
+        };
         Bf16TileProducts& products = *tile_products_[size_t(g)];
-        products.load_kv_rows(k_rows, d_, v_rows, d_, kn);
+        if (!kp_.paged) {
+          products.load_kv_rows(row(kp_.k_cache, 0), kp_.k_cache.row_stride, row(kp_.v_cache, 0),
+                                kp_.v_cache.row_stride, kn);
+        } else {
+          for (int64_t i = 0; i < kn; ++i) {
+            std::memcpy(k_rows + i * d_, row(kp_.k_cache, i), row_bytes);
+            std::memcpy(v_rows + i * d_, row(kp_.v_cache, i), row_bytes);
+          }
+          products.load_kv_rows(k_rows, d_, v_rows, d_, kn);
+        }
         float* o = o_of(g);
         const float score_scale = products.scores(t.m, kn, t.alpha, s, bc);
         auto probabilities = products.probabilities(s, bc, kn);
