@@ -6,10 +6,12 @@
 // - scores: 4 keys x 4 query rows per step, 16 running sums over head_dim, reduced in one shuffle tree;
 //   for bf16 rows the AVX-512 BF16 dot product multiplies the bf16 pairs directly (the query rows are packed
 //   to bf16 once; a bf16 query loses nothing);
-// - P V: each V row widened once per 64 columns and multiplied into 4 rows of fp32 accumulators.
+// - P V: 8 keys per step, each V row widened once per 64 columns and multiplied into 4 rows of fp32
+//   accumulators (bf16 rows into an even/odd column order, see cache_accumulate).
 // A block names its keys by one row pointer each (paged and contiguous caches alike), and the KV heads of a
-// group by a fixed byte step from that pointer. Every loop goes over groups of 4 keys outside and the KV
-// heads inside, so the rows of one key (contiguous in the [.., heads_kv, d] layout) are read together.
+// group by a fixed byte step from that pointer. Both kernels loop over blocks of 4 query rows (one block at
+// decode's usual row counts), then the steps of keys, then the KV heads, so the rows of one key (contiguous
+// in the [.., heads_kv, d] layout) are read together.
 #pragma once
 
 #include <cstdint>
