@@ -2,7 +2,8 @@
 //
 // q, out, k_new, v_new and lse use the addressing of detail::Problem (batch_stride, row_stride,
 // head_stride; no varlen row offsets). A cache row is addressed by cache_row(b, t): the element offset
-// of token t of sequence b, head 0, dim 0; add head * cache.head_stride + d.
+// of token t of sequence b, head 0, dim 0; add head * cache.head_stride + d (cache_row(b, t, head) adds
+// the head).
 #pragma once
 
 #include <cstdint>
@@ -84,6 +85,10 @@ struct KVCacheProblem {
     if (!paged) return b * c.outer_stride + t * c.row_stride;
     const int64_t page = block_table[size_t(b * max_pages_per_seq + t / page_size)];
     return page * c.outer_stride + (t % page_size) * c.row_stride;
+  }
+  // The element offset of KV head `head`'s row of token t of sequence b.
+  int64_t cache_row(const CacheStrided& c, int64_t b, int64_t t, int64_t head) const {
+    return cache_row(c, b, t) + head * c.head_stride;
   }
 };
 

@@ -172,11 +172,16 @@ int64_t group_block_keys(int64_t group_tiles, int64_t head_dim) {
 // AVX-512 form of them (the portable loops lose to the tile products); else the bf16 tiles where the
 // forward kernel takes them (bf16/fp16, head_dim a multiple of 32, AMX); else fp32 blocks. A forced path
 // takes its products wherever they can run.
+// The most stacked rows a tile of the call has: the query heads of a tile times its query rows (at most
+// seqlen_q, which a KV-cache call has the same for every sequence).
+int64_t max_tile_rows(const Problem& qp) {
+  return heads_per_tile(qp, kDecodeTile) * std::min(rows_per_tile(qp, kDecodeTile), std::max<int64_t>(1, qp.seqlen_q));
+}
+
 DecodePath decode_path(const Problem& qp) {
   const DecodePath forced = DecodePath(g_decode_path.load(std::memory_order_relaxed));
   const bool tiles = tile_products(qp) != Bf16Products::kFp32;
-  const int64_t rows = heads_per_tile(qp, kDecodeTile) *
-                       std::min(rows_per_tile(qp, kDecodeTile), std::max<int64_t>(1, qp.seqlen_q));
+  const int64_t rows = max_tile_rows(qp);
   switch (forced) {
     case DecodePath::kGathered: return DecodePath::kGathered;
     case DecodePath::kTiles: return tiles ? DecodePath::kTiles : DecodePath::kGathered;
@@ -188,16 +193,16 @@ DecodePath decode_path(const Problem& qp) {
   return tiles ? DecodePath::kTiles : DecodePath::kGathered;
 }
 
-// The kernel name's last part for that path.
-std::string decode_path_name(const Problem& qp) {
-  switch (decode_path(qp)) {
+// The kernel name's last part for `path`.
+std::string decode_path_name(DecodePath path, const Problem& qp) {
+  switch (path) {
     case DecodePath::kInPlace: return std::string("inplace_") + cache_rows_impl_name(cache_rows_best_impl(qp.dtype));
     case DecodePath::kTiles: return std::string("tiles_") + bf16_products_name(tile_products(qp));
     default: return tile_gemm_impl();
   }
 }
 
-DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuristic) {
+DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuristic, DecodePath path) {
   DecodePlan plan;
   plan.tiles = make_query_tiles(qp, kDecodeTile);
   // Tiles of one group differ only in their KV head (and so in their query heads): a group is found by
@@ -236,7 +241,7 @@ DecodePlan make_plan(const KVCacheProblem& kp, const Problem& qp, int64_t heuris
     for (int64_t i = 0; i < plan.keys[plan.groups[g].tiles.front()].splits; ++i) plan.tasks.push_back({g, i});
   // Without fp32 blocks the keys per block need no limit for the L2: the in-place path keeps only the
   // scores of the group's tiles (group_tiles x rows x block_keys floats), the tiles one block of bf16 rows.
-  plan.path = decode_path(qp);
+  plan.path = path;
   plan.products = plan.path == DecodePath::kTiles ? tile_products(qp) : Bf16Products::kFp32;
   plan.block_keys = plan.path == DecodePath::kGathered ? group_block_keys(plan.group_tiles, kp.head_dim)
                                                        : kDecodeTile.block_keys;
@@ -254,8 +259,8 @@ void append_new_tokens(const KVCacheProblem& p) {
       for (int64_t h = 0; h < p.heads_kv; ++h) {
         const int64_t src_off = b * p.k_new.batch_stride + t * p.k_new.row_stride + h * p.k_new.head_stride;
         const int64_t vsrc_off = b * p.v_new.batch_stride + t * p.v_new.row_stride + h * p.v_new.head_stride;
-        const int64_t kdst = p.cache_row(p.k_cache, b, pos) + h * p.k_cache.head_stride;
-        const int64_t vdst = p.cache_row(p.v_cache, b, pos) + h * p.v_cache.head_stride;
+        const int64_t kdst = p.cache_row(p.k_cache, b, pos, h);
+        const int64_t vdst = p.cache_row(p.v_cache, b, pos, h);
         std::memcpy(static_cast<char*>(p.k_cache.ptr) + kdst * elem,
                     static_cast<const char*>(p.k_new.ptr) + src_off * elem, row_bytes);
         std::memcpy(static_cast<char*>(p.v_cache.ptr) + vdst * elem,
@@ -296,7 +301,7 @@ class DecodeRunner {
         plan_(plan),
         d_(kp.head_dim),
         // Rounded up to whole 32-row blocks, the rows the bf16 tile products touch.
-        max_stacked_(round_up_to_tile(heads_per_tile(qp, kDecodeTile) * rows_per_tile(qp, kDecodeTile))),
+        max_stacked_(round_up_to_tile(max_tile_rows(qp))),
         tile_floats_(max_stacked_ * d_),
         block_floats_(plan.block_keys * d_),
         partial_o_(partial_o),
@@ -358,14 +363,13 @@ class DecodeRunner {
     // A group's tiles are consecutive KV heads (make_plan), so head g's row is g head strides past the
     // first one's.
     const int64_t elem = dtype_size(kp_.dtype);
-    const int64_t k_head = t.lead.kv_head * kp_.k_cache.head_stride, v_head = t.lead.kv_head * kp_.v_cache.head_stride;
     const char* k_base = static_cast<const char*>(kp_.k_cache.ptr);
     const char* v_base = static_cast<const char*>(kp_.v_cache.ptr);
     for (int64_t k0 = t.c0; k0 < t.c1; k0 += bc) {
       const int64_t kn = std::min(bc, t.c1 - k0);
       for (int64_t i = 0; i < kn; ++i) {
-        key_rows_[size_t(i)] = k_base + (kp_.cache_row(kp_.k_cache, t.lead.batch, k0 + i) + k_head) * elem;
-        value_rows_[size_t(i)] = v_base + (kp_.cache_row(kp_.v_cache, t.lead.batch, k0 + i) + v_head) * elem;
+        key_rows_[size_t(i)] = k_base + kp_.cache_row(kp_.k_cache, t.lead.batch, k0 + i, t.lead.kv_head) * elem;
+        value_rows_[size_t(i)] = v_base + kp_.cache_row(kp_.v_cache, t.lead.batch, k0 + i, t.lead.kv_head) * elem;
       }
       const CacheBlock k_block{kp_.dtype, key_rows_.data(), kp_.k_cache.head_stride * elem, count, kn, d_};
       cache_scores(impl_, k_block, scratch_[kQPacked], t.m, t.alpha, s, t.m * bc, bc);
@@ -402,7 +406,7 @@ class DecodeRunner {
       for (int64_t g = 0; g < int64_t(t.tiles.size()); ++g) {
         const QueryTile& tile = plan_.tiles[t.tiles[size_t(g)]];
         auto row = [&](const CacheStrided& c, int64_t i) {
-          return static_cast<const uint16_t*>(c.ptr) + kp_.cache_row(c, t.lead.batch, k0 + i) + tile.kv_head * c.head_stride;
+          return static_cast<const uint16_t*>(c.ptr) + kp_.cache_row(c, t.lead.batch, k0 + i, tile.kv_head);
         };
         Bf16TileProducts& products = *tile_products_[size_t(g)];
         if (!kp_.paged) {
@@ -507,12 +511,10 @@ class DecodeRunner {
   // the keys); the heads of one key are read one after another (contiguous in the usual cache layout).
   void gather_rows(const CacheStrided& c, const std::vector<size_t>& tiles, int64_t batch, int64_t k0, int64_t kn,
                    float* dst) const {
-    for (int64_t i = 0; i < kn; ++i) {
-      const int64_t row = kp_.cache_row(c, batch, k0 + i);
+    for (int64_t i = 0; i < kn; ++i)
       for (size_t g = 0; g < tiles.size(); ++g)
-        load_row(c.ptr, kp_.dtype, row + plan_.tiles[tiles[g]].kv_head * c.head_stride, d_,
+        load_row(c.ptr, kp_.dtype, kp_.cache_row(c, batch, k0 + i, plan_.tiles[tiles[g]].kv_head), d_,
                  dst + int64_t(g) * block_floats_ + i * d_);
-    }
   }
 
   bool in_place() const { return plan_.path == DecodePath::kInPlace; }
@@ -544,9 +546,8 @@ class DecodeRunner {
   std::vector<std::unique_ptr<Bf16TileProducts>> tile_products_;  // per tile of a group (tiles)
 };
 
-Status run_decode(const KVCacheProblem& kp, int workers) {
-  const Problem qp = query_view(kp);
-  const DecodePlan plan = make_plan(kp, qp, heuristic_kv_splits(kp, workers));
+Status run_decode(const KVCacheProblem& kp, const Problem& qp, DecodePath path, int workers) {
+  const DecodePlan plan = make_plan(kp, qp, heuristic_kv_splits(kp, workers), path);
   // Partial buffers before the append: running out of memory must not leave a half-done call behind.
   std::vector<float> partial_o(size_t(plan.partial_rows * kp.head_dim));
   std::vector<float> partial_lse(size_t(plan.partial_rows));
@@ -603,14 +604,16 @@ Status cpu_forward_kvcache(const KVCacheProblem& p, RunInfo* info) {
   const Problem qp = cpu::query_view(p);
   Status s = cpu_check(qp, /*info=*/nullptr);
   if (!s.ok()) return s;
+  // The path is picked once: the kernel name and the plan both take it.
+  const cpu::DecodePath path = cpu::decode_path(qp);
   if (info) {
     info->backend = Backend::kCPU;
     info->algorithm = Algorithm::kFA2;
-    info->kernel = std::string("cpu_fa2_decode_splitkv_") + cpu::decode_path_name(qp);
+    info->kernel = std::string("cpu_fa2_decode_splitkv_") + cpu::decode_path_name(path, qp);
   }
   try {
     const int workers = cpu::resolve_worker_count(p.num_threads, std::numeric_limits<int64_t>::max());
-    return cpu::run_decode(p, workers);
+    return cpu::run_decode(p, qp, path, workers);
   } catch (const std::bad_alloc&) {
     return Status(StatusCode::kOutOfMemory, "backend cpu: out of host memory");
   } catch (const std::exception& e) {
