@@ -154,19 +154,6 @@ struct CacheRowsCase {
   int64_t d, m, keys, heads;
 };
 
-// x rounded to a value of `dtype` (stored as its bits in `bits` for the 16-bit types).
-float round_to(DType dtype, float x, uint16_t* bits) {
-  if (dtype == DType::kBFloat16) {
-    *bits = fa::core::float_to_bf16_bits(x);
-    return fa::core::bf16_bits_to_float(*bits);
-  }
-  if (dtype == DType::kFloat16) {
-    *bits = fa::core::float_to_fp16_bits(x);
-    return fa::core::fp16_bits_to_float(*bits);
-  }
-  return x;
-}
-
 void check_cache_rows(cpu::CacheRowsImpl impl, const CacheRowsCase& t, std::mt19937_64& rng) {
   SCOPED_TRACE(::testing::Message() << fa::to_string(t.dtype) << " d " << t.d << " m " << t.m << " keys " << t.keys
                                     << " heads " << t.heads);
@@ -175,32 +162,25 @@ void check_cache_rows(cpu::CacheRowsImpl impl, const CacheRowsCase& t, std::mt19
   const int64_t head_elems = t.d + 8;  // heads of a key 8 elements apart beyond d
   const int64_t slot_elems = t.heads * head_elems + 16;
   const int64_t slots = t.keys + 3;
-  std::vector<char> cache(size_t(slots * slot_elems * elem));
-  std::vector<float> value(size_t(slots * slot_elems));  // the same values in fp32, by element
-  for (int64_t e = 0; e < slots * slot_elems; ++e) {
-    uint16_t bits = 0;
-    value[size_t(e)] = round_to(t.dtype, dist(rng), &bits);
-    if (elem == 4)
-      std::memcpy(cache.data() + e * 4, &value[size_t(e)], 4);
-    else
-      std::memcpy(cache.data() + e * 2, &bits, 2);
-  }
+  // The cache's values, of the dtype; the keys take the slots in a shuffled order.
+  fa::harness::HostTensor cache = fa::harness::HostTensor::make(t.dtype, {slots * slot_elems});
+  fa::harness::fill_uniform(&cache, rng);
+  const char* cache_bytes = reinterpret_cast<const char*>(cache.storage.data());
   std::vector<int64_t> slot(static_cast<size_t>(slots));
   for (int64_t i = 0; i < slots; ++i) slot[size_t(i)] = i;
   std::shuffle(slot.begin(), slot.end(), rng);
   std::vector<const char*> rows(size_t(t.keys));
-  for (int64_t i = 0; i < t.keys; ++i) rows[size_t(i)] = cache.data() + slot[size_t(i)] * slot_elems * elem;
+  for (int64_t i = 0; i < t.keys; ++i) rows[size_t(i)] = cache_bytes + slot[size_t(i)] * slot_elems * elem;
   const cpu::CacheBlock block{t.dtype, rows.data(), head_elems * elem, t.heads, t.keys, t.d};
   auto cache_value = [&](int64_t h, int64_t i, int64_t x) {
-    return double(value[size_t(slot[size_t(i)] * slot_elems + h * head_elems + x)]);
+    return cache.get(slot[size_t(i)] * slot_elems + h * head_elems + x);
   };
 
   // Scores: query rows of values of the dtype (decode's query has the cache's dtype).
-  std::vector<float> q(size_t(t.heads * t.m * t.d));
-  for (float& x : q) {
-    uint16_t bits = 0;
-    x = round_to(t.dtype, dist(rng), &bits);
-  }
+  fa::harness::HostTensor q_values = fa::harness::HostTensor::make(t.dtype, {t.heads * t.m * t.d});
+  fa::harness::fill_uniform(&q_values, rng);
+  std::vector<float> q(size_t(q_values.numel()));
+  for (size_t e = 0; e < q.size(); ++e) q[e] = float(q_values.get(int64_t(e)));
   const int64_t stride = cpu::cache_query_stride(impl, t.dtype, t.d);
   std::vector<char> packed(size_t(t.heads * t.m * stride * cpu::cache_query_elem_bytes(impl, t.dtype)));
   cpu::cache_query_pack(impl, t.dtype, q.data(), t.m * t.d, t.heads, t.m, t.d, packed.data());
