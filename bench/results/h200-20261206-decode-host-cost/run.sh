@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (trees made beforehand and carried: .ab/base at bfeba6b, .ab/head at the head):
 #   AB_COMMIT=bfeba6b bash scripts/ab_trees.sh .ab base && bash scripts/ab_trees.sh .ab head
-#   then on the GPU machine: bash bench/results/gpu-20261205-decode-host-cost/run.sh $OUT
+#   then on the GPU machine: bash bench/results/h200-20261206-decode-host-cost/run.sh $OUT
 # Builds the CLI of both trees (sm_90a) and times short KV-cache and routed forward calls, the trees alternating
 # (LIMIT s in all, default 200): the host cost of planning a decode call twice since 2b22801.
 set -uo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call right after scripts/gpu_check.sh on the same machine (its build-gpu-check folder holds the
 # Python extension; built here if it does not):
-#   FLASHATTN_COMMIT=<sha> bash bench/results/gpu-20261205-separate-head/run.sh $OUT
+#   FLASHATTN_COMMIT=<sha> bash bench/results/h200-20261206-separate-head/run.sh $OUT
 # bench/interleaved.py --mode separate --warmup-ms 500 over the whole sweep: fa3 forward / SDPA cuDNN, fa2
 # forward / SDPA flash, fa2 backward / SDPA flash.
 set -uo pipefail

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call (trees made beforehand and carried: .ab/base, .ab/no_exp2, .ab/no_softmax):
-#   D=bench/results/gpu-20261206-fa3-ceiling
+#   D=bench/results/h200-20261206-fa3-ceiling
 #   bash scripts/ab_trees.sh .ab base no_exp2=$D/no-exp2.patch no_softmax=$D/no-softmax.patch
-#   then on the GPU machine: bash bench/results/gpu-20261206-fa3-ceiling/run.sh $OUT
+#   then on the GPU machine: bash bench/results/h200-20261206-fa3-ceiling/run.sh $OUT
 # Builds the three CLIs (sm_90a), keeps their ptxas reports, times fa3 on four long non-causal shapes in
 # rotating order (scripts/fa3_probe.sh), and measures the bf16 GEMM ceiling with the same 200 ms warm-up.
 set -uo pipefail

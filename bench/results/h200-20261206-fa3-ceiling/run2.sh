@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Second call: the same trees (.ab/base, .ab/no_softmax carried), the SM clock and power sampled by nvidia-smi
 # (every 20 ms) during each timed run, so that the probe's gain can be split into clock and schedule.
-#   bash bench/results/gpu-20261206-fa3-ceiling/run2.sh $OUT
+#   bash bench/results/h200-20261206-fa3-ceiling/run2.sh $OUT
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
