@@ -5,21 +5,14 @@
 #   D=bench/results/gpu-20261206-decode-ticket
 #   AB_COMMIT=9a773ff bash scripts/ab_trees.sh .ab dbase acqrel=$D/ticket-acq-rel.patch onefence=$D/ticket-one-fence.patch
 #   then on the GPU machine: bash bench/results/gpu-20261206-decode-ticket/run.sh $OUT
-# Builds the three CLIs and the two patched trees' GPU tests (sm_90a), runs the decode GPU tests on both,
-# then times KV-cache calls (trusted indices) in alternating rounds, LIMIT s in all (default 330).
+# Builds the three trees' CLIs and GPU tests (sm_90a; scripts/ab_build.sh), runs the decode GPU tests on the two
+# patched ones, then times KV-cache calls (trusted indices) in alternating rounds, LIMIT s in all (default 330).
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
 LIMIT=${LIMIT:-330}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
-for t in dbase acqrel onefence; do
-  targets=flashattn_cli; [ $t != dbase ] && targets="flashattn_cli flashattn_tests_gpu"
-  ( cmake -S .ab/$t -B .ab/$t/build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
-      -DFLASHATTN_CUDA_ARCHITECTURES=90a > $OUT/build-$t.log 2>&1 &&
-    cmake --build .ab/$t/build-ab -j 6 --target $targets >> $OUT/build-$t.log 2>&1; echo "build $t rc $?" ) &
-done
-wait
-echo "built at $(( $(date +%s) - t0 )) s"
+bash scripts/ab_build.sh $OUT "flashattn_cli flashattn_tests_gpu" .ab/dbase .ab/acqrel .ab/onefence
 for t in acqrel onefence; do
   timeout 150 .ab/$t/build-ab/tests/flashattn_tests_gpu --gtest_filter='*DecodeGpu*:*KvCache*Gpu*' > $OUT/tests-$t.log 2>&1
   echo "tests $t rc $?: $(grep -E '^\[  (PASSED|FAILED)' $OUT/tests-$t.log | tr '\n' ' ')"

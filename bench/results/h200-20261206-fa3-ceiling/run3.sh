@@ -9,13 +9,7 @@ OUT=$1
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 TREES=${TREES:-base no_exp2 no_softmax}
-for t in $TREES; do
-  ( cmake -S .ab/$t -B .ab/$t/build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
-      -DFLASHATTN_CUDA_ARCHITECTURES=90a > $OUT/build-$t.log 2>&1 &&
-    cmake --build .ab/$t/build-ab -j 6 --target flashattn_cli >> $OUT/build-$t.log 2>&1; echo "build $t rc $?" ) &
-done
-wait
-echo "built at $(( $(date +%s) - t0 )) s"
+bash scripts/ab_build.sh $OUT flashattn_cli $(for t in $TREES; do echo .ab/$t; done)
 mkdir -p $OUT/ncu
 for t in $TREES; do
   FLASHATTN_BUILD_DIR=.ab/$t/build-ab bash scripts/ncu_profile.sh $OUT/ncu/$t fa3_d128_n8192 fa3_d64_n8192

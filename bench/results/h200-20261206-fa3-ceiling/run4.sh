@@ -11,13 +11,7 @@ set -uo pipefail
 OUT=$1
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
-for t in tl_base tl_no_softmax; do
-  ( cmake -S .ab/$t -B .ab/$t/build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
-      -DFLASHATTN_CUDA_ARCHITECTURES=90a > $OUT/build-$t.log 2>&1 &&
-    cmake --build .ab/$t/build-ab -j 8 --target flashattn_cli >> $OUT/build-$t.log 2>&1; echo "build $t rc $?" ) &
-done
-wait
-echo "built at $(( $(date +%s) - t0 )) s"
+bash scripts/ab_build.sh $OUT flashattn_cli .ab/tl_base .ab/tl_no_softmax
 : > $OUT/timeline.txt
 for d in 128 64; do
   for t in tl_base tl_no_softmax; do

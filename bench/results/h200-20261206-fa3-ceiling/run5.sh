@@ -10,13 +10,7 @@ set -uo pipefail
 OUT=$1
 t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
-for t in base poly1 poly2; do
-  ( cmake -S .ab/$t -B .ab/$t/build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUDA=ON \
-      -DFLASHATTN_CUDA_ARCHITECTURES=90a > $OUT/build-$t.log 2>&1 &&
-    cmake --build .ab/$t/build-ab -j 6 --target flashattn_cli >> $OUT/build-$t.log 2>&1; echo "build $t rc $?" ) &
-done
-wait
-echo "built at $(( $(date +%s) - t0 )) s"
+bash scripts/ab_build.sh $OUT flashattn_cli .ab/base .ab/poly1 .ab/poly2
 for t in poly1 poly2; do
   timeout 120 .ab/$t/build-ab/flashattn check --backend cuda --algo fa3 > $OUT/check-$t.txt 2>&1
   echo "check $t rc $?: $(tail -n 1 $OUT/check-$t.txt)"
