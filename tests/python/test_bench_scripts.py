@@ -502,6 +502,31 @@ def test_fa3_probe_rotates_the_trees_and_reports_medians_against_the_first(tmp_p
     assert "N  4096 full" in medians[1]
 
 
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("cmake") is None or shutil.which("ninja") is None,
+                    reason="no bash, cmake or ninja")
+def test_ab_build_builds_every_tree_and_reports_each_one(tmp_path):
+    # Two tiny trees stand in for the library: one builds, one fails to compile.
+    for name, body in (("good", "int main() { return 0; }\n"), ("bad", "this is not C++\n")):
+        tree = tmp_path / name
+        tree.mkdir()
+        (tree / "CMakeLists.txt").write_text(
+            "cmake_minimum_required(VERSION 3.16)\nproject(t CXX)\nadd_executable(flashattn_cli main.cpp)\n")
+        (tree / "main.cpp").write_text(body)
+    logs = tmp_path / "logs"
+    run = subprocess.run(["bash", os.path.join(SCRIPTS, "ab_build.sh"), str(logs), "flashattn_cli",
+                          str(tmp_path / "good"), str(tmp_path / "bad")], capture_output=True, text=True)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "build good rc 0" in run.stdout and "build bad rc 1" in run.stdout
+    assert (tmp_path / "good" / "build-ab" / "flashattn_cli").exists()
+    # Each tree's configure and build output lands in its own log, the compiler's error in the failing one.
+    good_log = (logs / "build-good.log").read_text()
+    assert "Build files have been written" in good_log and "flashattn_cli" in good_log
+    assert "error" in (logs / "build-bad.log").read_text()
+    run = subprocess.run(["bash", os.path.join(SCRIPTS, "ab_build.sh"), str(logs), "flashattn_cli",
+                          str(tmp_path / "good")], capture_output=True, text=True)
+    assert run.returncode == 0 and "build good rc 0" in run.stdout
+
+
 def _digest(tree):
     return subprocess.run(["bash", os.path.join(SCRIPTS, "source_digest.sh"), str(tree)],
                           check=True, capture_output=True, text=True).stdout.strip()
