@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run4.sh (the per-block timeline) and run5.sh (part of the exponentials on the FMA pipe) in one device call,
 # their outputs packed so that few files come back. Trees made beforehand and carried (.ab/tl_base,
-# .ab/tl_no_softmax, .ab/base, .ab/poly1, .ab/poly2; the commands are in the two scripts' headers):
+# .ab/tl_no_softmax, .ab/tl_turnqk, .ab/base, .ab/poly1, .ab/poly2, .ab/turnqk: seven of carry's eight paths;
+# the commands are in the two scripts' headers):
 #   bash bench/results/h200-20261206-fa3-ceiling/run45.sh $OUT
 set -uo pipefail
 OUT=$1
