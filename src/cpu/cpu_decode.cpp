@@ -167,17 +167,16 @@ int64_t group_block_keys(int64_t group_tiles, int64_t head_dim) {
   return keys;
 }
 
-// Which products the tiles of this call take (cpu_decode.h): the cache rows in place where their stacked
-// rows (the query heads of a tile times its query rows, at most seqlen_q) are few enough and the CPU runs an
-// AVX-512 form of them (the portable loops lose to the tile products); else the bf16 tiles where the
-// forward kernel takes them (bf16/fp16, head_dim a multiple of 32, AMX); else fp32 blocks. A forced path
-// takes its products wherever they can run.
 // The most stacked rows a tile of the call has: the query heads of a tile times its query rows (at most
 // seqlen_q, which a KV-cache call has the same for every sequence).
 int64_t max_tile_rows(const Problem& qp) {
   return heads_per_tile(qp, kDecodeTile) * std::min(rows_per_tile(qp, kDecodeTile), std::max<int64_t>(1, qp.seqlen_q));
 }
 
+// Which products the tiles of this call take (cpu_decode.h): the cache rows in place where their stacked
+// rows are few enough and the CPU runs an AVX-512 form of them (the portable loops lose to the tile
+// products); else the bf16 tiles where the forward kernel takes them (bf16/fp16, head_dim a multiple of 32,
+// AMX); else fp32 blocks. A forced path takes its products wherever they can run.
 DecodePath decode_path(const Problem& qp) {
   const DecodePath forced = DecodePath(g_decode_path.load(std::memory_order_relaxed));
   const bool tiles = tile_products(qp) != Bf16Products::kFp32;
@@ -511,10 +510,12 @@ class DecodeRunner {
   // the keys); the heads of one key are read one after another (contiguous in the usual cache layout).
   void gather_rows(const CacheStrided& c, const std::vector<size_t>& tiles, int64_t batch, int64_t k0, int64_t kn,
                    float* dst) const {
-    for (int64_t i = 0; i < kn; ++i)
+    for (int64_t i = 0; i < kn; ++i) {
+      const int64_t row = kp_.cache_row(c, batch, k0 + i);  // the page lookup once per key, not per head
       for (size_t g = 0; g < tiles.size(); ++g)
-        load_row(c.ptr, kp_.dtype, kp_.cache_row(c, batch, k0 + i, plan_.tiles[tiles[g]].kv_head), d_,
+        load_row(c.ptr, kp_.dtype, row + plan_.tiles[tiles[g]].kv_head * c.head_stride, d_,
                  dst + int64_t(g) * block_floats_ + i * d_);
+    }
   }
 
   bool in_place() const { return plan_.path == DecodePath::kInPlace; }
