@@ -502,6 +502,38 @@ def test_fa3_probe_rotates_the_trees_and_reports_medians_against_the_first(tmp_p
     assert "N  4096 full" in medians[1]
 
 
+def _fake_decode_tree(root, name, us):
+    cli = root / name / "build-ab" / "flashattn"
+    cli.parent.mkdir(parents=True)
+    # Logs its arguments, then prints a run's JSON line as `flashattn run --json` does.
+    cli.write_text("#!/bin/sh\necho \"$*\" >> %s\n"
+                   "echo '{\"forward\": {\"ms\": %s}, \"pass\": true, \"kernel\": \"k_%s\"}'\n"
+                   % (root / (name + ".args"), us / 1e3, name))
+    cli.chmod(0o755)
+    return root / name
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_decode_probe_rotates_the_trees_and_reports_medians_against_the_first(tmp_path):
+    base, new = _fake_decode_tree(tmp_path, "a", 40.0), _fake_decode_tree(tmp_path, "b", 32.0)
+    out = tmp_path / "out"
+    env = dict(os.environ, DECODE_PROBE_ROUNDS="2", DECODE_PROBE_CASES="one|--batch 1 --cache-len 64;two|--batch 2",
+               DECODE_PROBE_ARGS="--backend cuda --repeat 3")
+    subprocess.run(["bash", os.path.join(SCRIPTS, "decode_probe.sh"), str(out), f"base={base}", f"new={new}"],
+                   check=True, capture_output=True, text=True, env=env)
+    runs = [json.loads(line) for line in (out / "probe.jsonl").read_text().splitlines()]
+    # Round 1 starts each case with the first tree, round 2 with the second.
+    assert [(r["round"], r["case"], r["tree"]) for r in runs] == [
+        (1, "one", "base"), (1, "one", "new"), (1, "two", "base"), (1, "two", "new"),
+        (2, "one", "new"), (2, "one", "base"), (2, "two", "new"), (2, "two", "base")]
+    args = (tmp_path / "a.args").read_text().splitlines()
+    assert args[0] == "run --kv-cache --backend cuda --repeat 3 --batch 1 --cache-len 64 --json"
+    table = (out / "probe.txt").read_text().splitlines()
+    assert len(table) == 2 and table[0].startswith("one")
+    assert "base    40.00 us (1.000x)" in table[0] and "new    32.00 us (1.250x)" in table[0]
+    assert "checks pass" in table[0] and table[0].endswith("k_a")
+
+
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("cmake") is None or shutil.which("ninja") is None,
                     reason="no bash, cmake or ninja")
 def test_ab_build_builds_every_tree_and_reports_each_one(tmp_path):
