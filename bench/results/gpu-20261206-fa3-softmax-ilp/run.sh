@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call, two A/Bs (trees made beforehand by scripts/ab_trees.sh at 9a773ff and carried as .ab):
-#   fa3: the softmax's block sum and block max in four independent chains per row half (sum-max-chains.patch)
+#   fa3 (fa3 GPU tests and `flashattn check` on the changed tree): the softmax's block sum and block max in four independent chains per row half (sum-max-chains.patch)
 #     against the shipped kernel: the per-block timeline (timeline.patch) of tl_base, tl_no_exp2 and
 #     tl_chains at d 128 and d 64, N 8192; `flashattn check` on the changed tree; scripts/fa3_probe.sh rounds.
 #   decode: the split merge's ticket (bench/results/gpu-20261206-decode-ticket/: its trees, tests and probe).
@@ -17,8 +17,9 @@ HERE=$(dirname "${BASH_SOURCE[0]}")
 T=bench/results/gpu-20261206-decode-ticket
 mkdir -p $OUT/fa3 $OUT/decode
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
-# Both sets of trees build at once (16 cores: 2 jobs per fa3 tree, 2 per decode tree).
-JOBS=2 bash scripts/ab_build.sh $OUT/fa3 flashattn_cli .ab/tl_base .ab/tl_no_exp2 .ab/tl_chains .ab/base .ab/chains &
+# The three sets of trees build at once (16 cores: 2 jobs per tree).
+JOBS=2 bash scripts/ab_build.sh $OUT/fa3 flashattn_cli .ab/tl_base .ab/tl_no_exp2 .ab/tl_chains .ab/base &
+JOBS=2 bash scripts/ab_build.sh $OUT/fa3 "flashattn_cli flashattn_tests_gpu" .ab/chains &
 JOBS=2 bash scripts/ab_build.sh $OUT/decode "flashattn_cli flashattn_tests_gpu" .ab/dbase .ab/acqrel .ab/onefence &
 wait
 echo "built at $(( $(date +%s) - t0 )) s"
@@ -33,6 +34,8 @@ done
 python3 $HERE/timeline_summary.py $OUT/fa3/timeline.txt | tee $OUT/timeline-summary.txt
 timeout 120 .ab/chains/build-ab/flashattn check --backend cuda --algo fa3 > $OUT/fa3/check-chains.txt 2>&1
 echo "check chains rc $?: $(tail -n 1 $OUT/fa3/check-chains.txt)"
+timeout 150 .ab/chains/build-ab/tests/flashattn_tests_gpu --gtest_filter='*Fa3*' > $OUT/fa3/tests-chains.log 2>&1
+echo "tests chains rc $?: $(grep -E '^\[  (PASSED|FAILED)' $OUT/fa3/tests-chains.log | tr '\n' ' ')"
 for t in acqrel onefence; do
   timeout 150 .ab/$t/build-ab/tests/flashattn_tests_gpu --gtest_filter='*DecodeGpu*:*KvCache*Gpu*' > $OUT/decode/tests-$t.log 2>&1
   echo "tests $t rc $?: $(grep -E '^\[  (PASSED|FAILED)' $OUT/decode/tests-$t.log | tr '\n' ' ')"
