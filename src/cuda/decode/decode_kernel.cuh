@@ -643,14 +643,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
   if (direct) return;
 
   // ---- the last CTA of the tile merges the splits ---------------------------------------------------------
-  // Release: every thread's partial rows are visible device-wide before the ticket says this split is done.
-  __threadfence();
+  // The barrier orders every thread's partial rows before thread 0's ticket, whose release (acq_rel, gpu
+  // scope) publishes them; the last split's acquire in the same atomic makes the other splits' rows visible,
+  // and the second barrier orders every thread's reads after it.
   __syncthreads();
-  if (tid == 0) s_last = atomicAdd(p.tickets + tile, 1) == plan.splits - 1;
+  if (tid == 0) {
+    int before;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(before) : "l"(p.tickets + tile) : "memory");
+    s_last = before == plan.splits - 1;
+  }
   __syncthreads();
   if (!s_last) return;
-  // Acquire: the other splits' partial rows, published before their tickets, are read after ours.
-  __threadfence();
   // Zero at rest: the next kernel on this stream counts the tile's arrivals from 0 again.
   if (tid == 0) p.tickets[tile] = 0;
   merge_splits<Cfg, T>(p, s_o, tile, plan.splits, batch, kv_head, row_first, rows);
