@@ -3,18 +3,18 @@
 #   fa3 (fa3 GPU tests and `flashattn check` on the changed tree): the softmax's block sum and block max in four independent chains per row half (sum-max-chains.patch)
 #     against the shipped kernel: the per-block timeline (timeline.patch) of tl_base, tl_no_exp2 and
 #     tl_chains at d 128 and d 64, N 8192; `flashattn check` on the changed tree; scripts/fa3_probe.sh rounds.
-#   decode: the split merge's ticket (bench/results/gpu-20261206-decode-ticket/: its trees, tests and probe).
-#   F=bench/results/h200-20261206-fa3-ceiling; D=bench/results/gpu-20261206-fa3-softmax-ilp
-#   T=bench/results/gpu-20261206-decode-ticket
+#   decode: the split merge's ticket (bench/results/h100-20261206-decode-ticket/: its trees, tests and probe).
+#   F=bench/results/h200-20261206-fa3-ceiling; D=bench/results/h100-20261206-fa3-softmax-ilp
+#   T=bench/results/h100-20261206-decode-ticket
 #   AB_COMMIT=9a773ff bash scripts/ab_trees.sh .ab tl_base=$F/timeline.patch \
 #     tl_no_exp2=$F/no-exp2.patch+$F/timeline.patch tl_chains=$D/sum-max-chains.patch+$F/timeline.patch \
 #     base chains=$D/sum-max-chains.patch dbase acqrel=$T/ticket-acq-rel.patch onefence=$T/ticket-one-fence.patch
-#   then on the GPU machine: bash bench/results/gpu-20261206-fa3-softmax-ilp/run.sh $OUT
+#   then on the GPU machine: bash bench/results/h100-20261206-fa3-softmax-ilp/run.sh $OUT
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
 HERE=$(dirname "${BASH_SOURCE[0]}")
-T=bench/results/gpu-20261206-decode-ticket
+T=bench/results/h100-20261206-decode-ticket
 mkdir -p $OUT/fa3 $OUT/decode
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 # The three sets of trees build at once (16 cores: 2 jobs per tree).

@@ -2,9 +2,9 @@
 # Prepared call: the split merge's ticket with one fence or one acq_rel atomic in thread 0 after the barrier,
 # instead of a sequentially consistent fence in every thread before it and after it. Trees made beforehand
 # and carried (.ab/dbase, .ab/acqrel, .ab/onefence):
-#   D=bench/results/gpu-20261206-decode-ticket
+#   D=bench/results/h100-20261206-decode-ticket
 #   AB_COMMIT=9a773ff bash scripts/ab_trees.sh .ab dbase acqrel=$D/ticket-acq-rel.patch onefence=$D/ticket-one-fence.patch
-#   then on the GPU machine: bash bench/results/gpu-20261206-decode-ticket/run.sh $OUT
+#   then on the GPU machine: bash bench/results/h100-20261206-decode-ticket/run.sh $OUT
 # Builds the three trees' CLIs and GPU tests (sm_90a; scripts/ab_build.sh), runs the decode GPU tests on the two
 # patched ones, then times KV-cache calls (trusted indices) in rotating rounds (scripts/decode_probe.sh), LIMIT s in
 # all (default 330).
