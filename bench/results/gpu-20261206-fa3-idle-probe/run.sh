@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Prepared call (~150 s): does the other consumer's GEMM work slow a consumer's softmax? The per-block
+# timeline (timeline.patch) of the shipped kernel and of two probe trees in which consumer 1 runs no GEMMs
+# and no softmax in the main loop (idle-consumer1.patch; its rows come out wrong), one of them also without
+# exponentials (no-exp2.patch); d 128 and d 64, N 8192. Trees made beforehand and carried (.ab):
+#   F=bench/results/h200-20261206-fa3-ceiling; D=bench/results/gpu-20261206-fa3-idle-probe
+#   AB_COMMIT=9a773ff bash scripts/ab_trees.sh .ab tl_base=$F/timeline.patch \
+#     tl_idle1=$F/timeline.patch+$D/idle-consumer1.patch \
+#     tl_idle1_noexp2=$F/no-exp2.patch+$F/timeline.patch+$D/idle-consumer1.patch
+#   then on the GPU machine: bash bench/results/gpu-20261206-fa3-idle-probe/run.sh $OUT
+set -uo pipefail
+OUT=$1
+t0=$(date +%s)
+HERE=$(dirname "${BASH_SOURCE[0]}")
+mkdir -p $OUT/logs
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+bash scripts/ab_build.sh $OUT/logs flashattn_cli .ab/tl_base .ab/tl_idle1 .ab/tl_idle1_noexp2
+: > $OUT/timeline.txt
+for d in 128 64; do
+  for t in tl_base tl_idle1 tl_idle1_noexp2; do
+    echo "== $t d $d" >> $OUT/timeline.txt
+    timeout 60 .ab/$t/build-ab/flashattn run --backend cuda --algo fa3 --head-dim $d --heads $((2048 / d)) \
+      --batch 2 --seqlen-q 8192 --warmup-ms 300 --warmup 30 --repeat 20 >> $OUT/timeline.txt 2>&1
+  done
+done
+python3 $HERE/../h100-20261206-fa3-softmax-ilp/timeline_summary.py $OUT/timeline.txt | tee $OUT/timeline-summary.txt
+tar -czf $OUT/logs.tar.gz -C $OUT logs timeline.txt && rm -rf $OUT/logs $OUT/timeline.txt
+echo "done at $(( $(date +%s) - t0 )) s"
