@@ -679,3 +679,50 @@ def test_targets_read_a_results_folder(tmp_path, capsys):
 
 def test_targets_refuse_a_folder_without_results(tmp_path):
     assert targets.main([str(tmp_path)]) == 2
+
+
+def _timeline_lines(wg, periods, softmax):
+    # One block line per period, 100 cycles of each other phase.
+    at, lines = 1000 * wg, []
+    for blk, (period, sm) in enumerate(zip(periods, softmax)):
+        lines.append(f"tl wg {wg} blk {blk:2d} at {at:9d} wait_kv_turn 100 issue 100 wait_qk 100 softmax {sm:6d} "
+                     "wait_pv 100 pack 100")
+        at += period
+    return lines
+
+
+def test_fa3_timeline_takes_medians_over_the_steady_blocks_only():
+    import fa3_timeline
+    # Blocks 0..7 and 56.. are far above the rest (counted in, they would move both medians). The 47 periods between steady blocks are 24 of 2000 and 23 of 3000.
+    periods = [9999] * 8 + [2000, 3000] * 24 + [8888] * 8
+    softmax = [7777] * 8 + [1100, 1300, 1200] * 16 + [9000] * 8
+    lines = ["== base d 128"] + _timeline_lines(0, periods, softmax) + _timeline_lines(1, periods, softmax)
+    lines += ["== other d 64", "some unrelated output"] + _timeline_lines(0, [500] * 64, [50] * 64)
+    out = fa3_timeline.summarize(fa3_timeline.parse(lines))
+    assert out[0] == "base d 128: medians over blocks 8..55 (cycles)"
+    assert out[1].startswith("  wg 0: period   2000") and "softmax   1200" in out[1] and "issue    100" in out[1]
+    assert out[3] == "  wg 1 issues 1000 cycles after wg 0 (median, same block)"
+    assert out[4] == "other d 64: medians over blocks 8..55 (cycles)" and out[5].startswith("  wg 0: period    500")
+    assert len(out) == 6  # no lag line without a second warpgroup
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_fa3_timeline_runs_each_tree_at_each_head_dim(tmp_path):
+    trees = []
+    for name in ("a", "b"):
+        cli = tmp_path / name / "build-ab" / "flashattn"
+        cli.parent.mkdir(parents=True)
+        lines = "\n".join(_timeline_lines(0, [2000 if name == "a" else 1500] * 64, [900] * 64))
+        cli.write_text("#!/bin/sh\necho \"$*\" >> %s\ncat >&2 <<'TL'\n%s\nTL\n" % (tmp_path / (name + ".args"), lines))
+        cli.chmod(0o755)
+        trees.append(f"{name}={tmp_path / name}")
+    out = tmp_path / "out"
+    run = subprocess.run(["bash", os.path.join(SCRIPTS, "fa3_timeline.sh"), str(out)] + trees,
+                         capture_output=True, text=True, env=dict(os.environ, FA3_TIMELINE_DIMS="128 64"))
+    assert run.returncode == 0, run.stderr
+    args = (tmp_path / "a.args").read_text().splitlines()
+    assert len(args) == 2 and "--head-dim 128 --heads 16 " in args[0] and "--head-dim 64 --heads 32 " in args[1]
+    summary = (out / "timeline-summary.txt").read_text().splitlines()
+    assert [s for s in summary if not s.startswith(" ")] == [
+        f"{t} d {d}: medians over blocks 8..55 (cycles)" for d in (128, 64) for t in ("a", "b")]
+    assert summary[1].startswith("  wg 0: period   2000") and summary[3].startswith("  wg 0: period   1500")

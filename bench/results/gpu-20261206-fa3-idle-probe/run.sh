@@ -11,18 +11,9 @@
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
-HERE=$(dirname "${BASH_SOURCE[0]}")
 mkdir -p $OUT/logs
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 bash scripts/ab_build.sh $OUT/logs flashattn_cli .ab/tl_base .ab/tl_idle1 .ab/tl_idle1_noexp2
-: > $OUT/timeline.txt
-for d in 128 64; do
-  for t in tl_base tl_idle1 tl_idle1_noexp2; do
-    echo "== $t d $d" >> $OUT/timeline.txt
-    timeout 60 .ab/$t/build-ab/flashattn run --backend cuda --algo fa3 --head-dim $d --heads $((2048 / d)) \
-      --batch 2 --seqlen-q 8192 --warmup-ms 300 --warmup 30 --repeat 20 >> $OUT/timeline.txt 2>&1
-  done
-done
-python3 $HERE/../h100-20261206-fa3-softmax-ilp/timeline_summary.py $OUT/timeline.txt | tee $OUT/timeline-summary.txt
+bash scripts/fa3_timeline.sh $OUT tl_base=.ab/tl_base tl_idle1=.ab/tl_idle1 tl_idle1_noexp2=.ab/tl_idle1_noexp2
 tar -czf $OUT/logs.tar.gz -C $OUT logs timeline.txt && rm -rf $OUT/logs $OUT/timeline.txt
 echo "done at $(( $(date +%s) - t0 )) s"

@@ -13,7 +13,6 @@
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
-HERE=$(dirname "${BASH_SOURCE[0]}")
 T=bench/results/h100-20261206-decode-ticket
 mkdir -p $OUT/fa3 $OUT/decode
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
@@ -23,15 +22,8 @@ JOBS=2 bash scripts/ab_build.sh $OUT/fa3 "flashattn_cli flashattn_tests_gpu" .ab
 JOBS=2 bash scripts/ab_build.sh $OUT/decode "flashattn_cli flashattn_tests_gpu" .ab/dbase .ab/acqrel .ab/onefence &
 wait
 echo "built at $(( $(date +%s) - t0 )) s"
-: > $OUT/fa3/timeline.txt
-for d in 128 64; do
-  for t in tl_base tl_no_exp2 tl_chains; do
-    echo "== $t d $d" >> $OUT/fa3/timeline.txt
-    timeout 60 .ab/$t/build-ab/flashattn run --backend cuda --algo fa3 --head-dim $d --heads $((2048 / d)) \
-      --batch 2 --seqlen-q 8192 --warmup-ms 300 --warmup 30 --repeat 20 >> $OUT/fa3/timeline.txt 2>&1
-  done
-done
-python3 $HERE/timeline_summary.py $OUT/fa3/timeline.txt | tee $OUT/timeline-summary.txt
+bash scripts/fa3_timeline.sh $OUT/fa3 tl_base=.ab/tl_base tl_no_exp2=.ab/tl_no_exp2 tl_chains=.ab/tl_chains
+cp $OUT/fa3/timeline-summary.txt $OUT/
 timeout 120 .ab/chains/build-ab/flashattn check --backend cuda --algo fa3 > $OUT/fa3/check-chains.txt 2>&1
 echo "check chains rc $?: $(tail -n 1 $OUT/fa3/check-chains.txt)"
 timeout 150 .ab/chains/build-ab/tests/flashattn_tests_gpu --gtest_filter='*Fa3*' > $OUT/fa3/tests-chains.log 2>&1

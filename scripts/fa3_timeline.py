@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Per-phase medians of the fa3 per-block timeline probe.
+
+The probe (bench/results/h200-20261206-fa3-ceiling/timeline.patch) makes one launch print, on stderr, a
+line per main-loop block and consumer warpgroup of CTA 0:
+  tl wg G blk B at CYCLE wait_kv_turn C issue C wait_qk C softmax C wait_pv C pack C
+scripts/fa3_timeline.sh writes those lines of several trees into one file, each run after a header line
+"== TREE d HEAD_DIM". This prints, per tree and head dim, each warpgroup's period (cycles between the starts
+of consecutive blocks) and the median of each phase over blocks FIRST..LAST, and how long after warpgroup 0
+warpgroup 1 starts issuing the same block.
+
+Usage: python3 scripts/fa3_timeline.py TIMELINE_TXT
+"""
+import re
+import statistics
+import sys
+
+PHASES = ["wait_kv_turn", "issue", "wait_qk", "softmax", "wait_pv", "pack"]
+FIRST, LAST = 8, 55  # steady blocks: past the first tiles' start, inside the 64 recorded
+_HEADER = re.compile(r"== (\S+) d (\d+)")
+_LINE = re.compile(r"tl wg (\d) blk +(\d+) at +(-?\d+) " + " ".join(rf"{p} +(-?\d+)" for p in PHASES))
+
+
+def parse(lines):
+    """{(tree, head_dim): {wg: [[blk, at, phase...], ...]}} in file order."""
+    runs, cur = {}, None
+    for line in lines:
+        m = _HEADER.match(line)
+        if m:
+            cur = runs.setdefault((m[1], int(m[2])), {})
+            continue
+        m = _LINE.match(line)
+        if m and cur is not None:
+            cur.setdefault(int(m[1]), []).append([int(x) for x in m.groups()[1:]])
+    return runs
+
+
+def summarize(runs):
+    out = []
+    for (tree, d), wgs in runs.items():
+        out.append(f"{tree} d {d}: medians over blocks {FIRST}..{LAST} (cycles)")
+        for g, rows in sorted(wgs.items()):
+            steady = [r for r in rows if FIRST <= r[0] <= LAST]
+            if len(steady) < 2:
+                continue
+            period = statistics.median(b[1] - a[1] for a, b in zip(steady, steady[1:]))
+            cells = "  ".join(f"{n} {statistics.median(r[2 + i] for r in steady):6.0f}" for i, n in enumerate(PHASES))
+            out.append(f"  wg {g}: period {period:6.0f}  {cells}")
+        if 0 in wgs and 1 in wgs:
+            a = {r[0]: r for r in wgs[0]}
+            b = {r[0]: r for r in wgs[1]}
+            # when wg 1 holds the turn (its issue starts) relative to wg 0's, same block
+            lag = [b[k][1] + b[k][2] - (a[k][1] + a[k][2]) for k in range(FIRST, LAST + 1) if k in a and k in b]
+            if lag:
+                out.append(f"  wg 1 issues {statistics.median(lag):.0f} cycles after wg 0 (median, same block)")
+    return out
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    with open(argv[1]) as f:
+        print("\n".join(summarize(parse(f))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
