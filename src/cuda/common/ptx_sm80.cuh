@@ -53,6 +53,16 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Atomic add on a global int, acquire and release at GPU scope (sm70+): returns the value before the add.
+// The decode split merge takes its ticket with it: the release publishes what the CTA wrote before the
+// barrier ahead of it, the acquire (in the CTA that draws the last ticket) makes the other CTAs' writes
+// visible to its reads after the barrier behind it.
+__device__ __forceinline__ int atomic_add_acq_rel_gpu(int* p, int v) {
+  int before;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(before) : "l"(p), "r"(v) : "memory");
+  return before;
+}
+
 // Programmatic dependent launch (sm90+; no-ops on older devices, where launches never overlap). A kernel
 // launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the kernel before it on
 // the stream is still finishing: grid_dependency_wait() returns once that kernel has completed and its

@@ -647,11 +647,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm) decode_sp
   // scope) publishes them; the last split's acquire in the same atomic makes the other splits' rows visible,
   // and the second barrier orders every thread's reads after it.
   __syncthreads();
-  if (tid == 0) {
-    int before;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(before) : "l"(p.tickets + tile) : "memory");
-    s_last = before == plan.splits - 1;
-  }
+  if (tid == 0) s_last = atomic_add_acq_rel_gpu(p.tickets + tile, 1) == plan.splits - 1;
   __syncthreads();
   if (!s_last) return;
   // Zero at rest: the next kernel on this stream counts the tile's arrivals from 0 again.
