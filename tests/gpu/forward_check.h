@@ -144,14 +144,19 @@ inline int64_t out_row_of_lse(const HostCase& h, int64_t i) {
   return ((b * c.seqlen_q + row) * c.heads_q + head) * d;
 }
 
-// The whole check of one case: fresh seeded inputs, poisoned outputs, the run, every element written
-// (padding untouched), out and lse within the tolerance rule, rows that see no key exactly 0 / -inf.
+// Reshapes a case's drawn inputs before the run (the reference sees the same), e.g. scores far apart.
+using InputShaper = std::function<void(HostCase*)>;
+
+// The whole check of one case: fresh seeded inputs (then `shape_inputs`, where given), poisoned outputs, the
+// run, every element written (padding untouched), out and lse within the tolerance rule, rows that see no key
+// exactly 0 / -inf.
 inline void check_forward_case(const CaseSpec& c, const std::string& kernel_prefix,
-                               const ForwardCall& call = plain_forward()) {
+                               const ForwardCall& call = plain_forward(), const InputShaper& shape_inputs = {}) {
   const uint64_t seed = next_forward_seed();
   SCOPED_TRACE(c.name() + " seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   HostCase h(c, rng);
+  if (shape_inputs) shape_inputs(&h);
 
   RunInfo info;
   ASSERT_NO_FATAL_FAILURE(run_on_device(&h, call, kernel_prefix, &info));

@@ -357,6 +357,63 @@ TEST(Fa3Forward, GqaPackedTiles) {
   fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa4");
 }
 
+// Keys scaled up block by block towards the first key (the kernel visits a tile's key blocks from the last
+// one down, so each block's scores tend to exceed the stored row max by more than the rescale threshold),
+// and the first key row of the tensor by far more (the exponentials against the stored max overflow to inf
+// for the rows that favour it). Blocks of 128 rows of the K tensor (a varlen batch's sequences share one
+// row count, so there the steps run over the packed rows). A main-loop block whose exponentials against the
+// stored max leave a thread's part of a row sum above 2^8 recomputes its scores from shared memory
+// (Fa3Config::kStaleMax); here most blocks do. Each kernel form with that path and one without, against the
+// reference: a missing or wrong recomputation leaves inf, NaN or wrong rows.
+void scale_keys_towards_the_start(fat::HostCase* h) {
+  const flashattn::TensorView& k = h->k.view;  // [batch, rows, heads, d] or packed [rows, heads, d]
+  const bool packed = k.ndim == 3;
+  const int64_t batches = packed ? 1 : k.shape[0];
+  const int64_t rows = packed ? k.shape[0] : k.shape[1];
+  const int64_t per_row = k.shape[k.ndim - 2] * k.shape[k.ndim - 1];
+  constexpr int64_t kBlock = 128;
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int64_t t = 0; t < rows; ++t) {
+      const double steps = double((rows - 1) / kBlock - t / kBlock);  // 0 in the last block of rows
+      const double factor = (1.0 + 12.0 * steps) * (t == 0 ? 60.0 : 1.0);
+      for (int64_t i = 0; i < per_row; ++i) {
+        const int64_t idx = (b * rows + t) * per_row + i;
+        h->k.set(idx, h->k.get(idx) * factor);
+      }
+    }
+  }
+}
+
+TEST(Fa3Forward, ScoresRisingPastTheStoredMax) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  struct Shape {
+    DType dtype;
+    int64_t d, sq, sk, hq, hkv;
+    bool causal;
+    const char* kernel;
+  };
+  for (const Shape& v : {Shape{DType::kBFloat16, 128, 1024, 1024, 2, 2, false, "fa3_fwd_sm90_bf16_hd128_m128n128"},
+                         Shape{DType::kFloat16, 128, 700, 1000, 4, 2, true, "fa3_fwd_sm90_fp16_hd128_m128n128"},
+                         Shape{DType::kBFloat16, 96, 300, 900, 2, 1, false, "fa3_fwd_sm90_bf16_hd128_m128n128_d96"},
+                         Shape{DType::kBFloat16, 128, 3, 1100, 16, 2, true, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa8"},
+                         Shape{DType::kBFloat16, 64, 1024, 1024, 2, 2, true, "fa3_fwd_sm90_bf16_hd64_m128n128"},
+                         Shape{DType::kFloat16, 64, 1024, 1024, 2, 2, false, "fa3_fwd_sm90_fp16_hd64_m192n128"}}) {
+    Case c = fa3_case("rising-scores", v.dtype, v.d, v.sq, v.sk);
+    c.heads_q = v.hq;
+    c.heads_kv = v.hkv;
+    c.causal = v.causal;
+    fat::check_forward_case(c, v.kernel, fat::plain_forward(), scale_keys_towards_the_start);
+  }
+  // Varlen and a window.
+  Case varlen = fa3_case("rising-scores-varlen-window", DType::kBFloat16, 128, 0, 0);
+  varlen.lens_q = {600, 5, 900};
+  varlen.lens_k = {700, 300, 1000};
+  varlen.window_left = 500;
+  varlen.window_right = 40;
+  fat::check_forward_case(varlen, "fa3_fwd_sm90_bf16_hd128_m128n128", fat::plain_forward(),
+                          scale_keys_towards_the_start);
+}
+
 // Under a mask, a consumer warpgroup passes over the tile's first key blocks when none of its rows sees them
 // (Fa3Config::kLeadSkip: head dim 64 on 192-row tiles, head dim 256): causal squares, bottom-right alignment
 // both ways (rows that see no key at all, and rows that see more than the tile's diagonal), windows and a
