@@ -1,6 +1,7 @@
 # The fa3 kernels' intra-warpgroup overlap as ptxas scheduled it, from `cuobjdump --dump-sass` output: after
-# the wait for Q K^T (WARPGROUP.DEPBAR gsb0, 0x1) the softmax's row max (its first FMNMX) must come before
-# the wait for P V (DEPBAR gsb0, 0x0), or the softmax does not run under P V. One line per fa3 kernel build:
+# the wait for Q K^T (WARPGROUP.DEPBAR gsb0, 0x1) the softmax's start (its row max, FMNMX, or, in kernels
+# that take the exponentials against the stored max first, Fa3Config::kStaleMax, its first MUFU.EX2) must
+# come before the wait for P V (DEPBAR gsb0, 0x0), or the softmax does not run under P V. One line per fa3 kernel build:
 # "GOOD BAD INSTRUCTIONS<tab>MANGLED-NAME": main-loop waits with the softmax before (GOOD) and after (BAD)
 # the P V wait, and the build's SASS instruction count (a change of the compiled kernel shows there even
 # where the source change is elsewhere). Run through scripts/sass_overlap.sh.
@@ -12,6 +13,6 @@ function flush() {
 /Function :/                    { flush(); name = $NF; next }
 /\/\*[0-9a-f]+\*\/ /            { ++n }
 /WARPGROUP.DEPBAR.LE gsb0, 0x1/ { st = 1; next }
-/FMNMX/                         { if (st == 1) st = 2; next }
+/FMNMX|MUFU\.EX2/               { if (st == 1) st = 2; next }
 /WARPGROUP.DEPBAR.LE gsb0, 0x0/ { if (st == 2) ++good; else if (st == 1) ++bad; st = 0 }
 END                             { flush() }

@@ -58,6 +58,12 @@ struct Fa3Config {
   static constexpr bool kIdleRows = kWarpSpecialized && kIntraOverlap && !kAblation && kConsumerWarpgroups == 3;
 
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)
+  // A main-loop block's softmax first tries the exponentials against the rows' stored max, with no block max
+  // (softmax_rows_stale), and recomputes the warp's scores from shared memory where that does not hold
+  // (Consumer::recompute_scores). Only where softmax j runs under P V j-1 (the main loop of those kernels),
+  // and on two consumers up to head dim 128: with the slow path compiled in, the three-consumer head-dim-64
+  // kernels (160 registers a thread) spill 152-196 bytes and the head-dim-256 ones 52.
+  static constexpr bool kStaleMax = kIntraOverlap && kConsumerWarpgroups == 2 && kHeadDim <= 128;
   // A consumer warpgroup passes over the tile's first key blocks (its last ones in key order) when none of its
   // rows sees them (Consumer::lead_blocks, skip_lead): it keeps pace with the K/V ring and the turns as an
   // idle warpgroup does. Under a causal mask the first warpgroup's rows end a block before the tile's
@@ -116,9 +122,10 @@ struct Fa3Shared {
   // The epilogue's staging of O: per consumer warp, 16 rows x 64 columns (one 128-byte column block of its
   // rows at a time), 16-byte chunks XOR-swizzled by row so that stmatrix and the row reads are conflict-free.
   T o_stage[Cfg::kConsumerWarpgroups * sm90::kWarpgroupWarps][16 * sm90::kSwizzleElems];
-  // full: TMA bytes landed (one producer arrival + transaction bytes). k/v empty: every consumer
-  // warpgroup's wgmma reading the stage completed (one arrival per consumer warpgroup). q_empty: every
-  // consumer warpgroup's last Q K^T of the tile completed (one arrival per consumer warpgroup). The CTA's
+  // full: TMA bytes landed (one producer arrival + transaction bytes). v_empty: every consumer
+  // warpgroup's wgmma reading the stage completed (one arrival per consumer warpgroup). k_empty: every
+  // consumer warp done with the stage, its softmax's slow path included (one arrival per consumer warp).
+  // q_empty: every consumer warp past the tile's last Q K^T and softmax (one arrival per warp). The CTA's
   // t-th tile takes Q buffer t % kQBuffers, phase (t / kQBuffers) & 1 of its pair.
   uint64_t q_full[Cfg::kQBuffers], q_empty[Cfg::kQBuffers];
   uint64_t k_full[Cfg::kStages], k_empty[Cfg::kStages];

@@ -6,7 +6,7 @@
 // online softmax and O += P V (wgmma, P from registers, V from shared memory), fp32 accumulators.
 //
 // Pipeline. Q has one or two buffers (kQBuffers; q_full / q_empty each), a buffer released as soon as its
-// tile's last Q K^T has completed; the CTA's t-th tile takes buffer t % kQBuffers and its phase
+// tile's last Q K^T and softmax have completed (each warp arrives for itself); the CTA's t-th tile takes buffer t % kQBuffers and its phase
 // (t / kQBuffers) & 1, even a tile without keys (skip_q). With one buffer the next tile's Q loads under the
 // last P V and the epilogue; with two it loads during the previous tile, and a tile's epilogue runs under
 // the next tile's first Q K^T (kDeferEpilogue). K and V rotate through kStages buffers
@@ -19,7 +19,9 @@
 //  - Ping-pong between the consumer warpgroups: named barriers hand the right to issue GEMMs round the
 //    consumers in turn, so one warpgroup's GEMMs occupy the tensor cores while the others run softmax.
 //  - Inside a warpgroup: issue Q K_j^T, then P_{j-1} V_{j-1}; wait for the first, run the softmax of block
-//    j while P V is still in flight, then wait for P V and rescale O.
+//    j while P V is still in flight, then wait for P V and rescale O. The softmax first takes the
+//    exponentials against the stored row max, without the block's max (kStaleMax, softmax_rows_stale); a
+//    warp for which that does not hold recomputes its scores from the K stage, released after the softmax.
 //
 // Scheduling. A persistent grid (one CTA per SM) takes tiles from a work queue: each CTA starts with tile
 // blockIdx.x; a scheduler thread in the producer warpgroup claims the next one with an atomicAdd on a
@@ -267,15 +269,9 @@ struct SoftmaxParams {
   int key_begin[2], key_end[2];
 };
 
-// Online softmax of one block (in place on st.s). Returns the factor that rescales O for each half and
-// whether any row of the warp needs it.
-//
-// Conditional rescale: a row keeps its stored max until the block's max exceeds it by more than
-// core::kRescaleThresholdLog2 (log2 units); until then probabilities may reach 2^8, which fp32 sums and
-// the 16-bit P hold exactly as well, and the O rescale is skipped when no row of the warp moved its max.
+// Softcap and mask of one block's raw scores, in place on st.s (the first steps of its softmax).
 template <bool kMasked, typename Cfg>
-__device__ __forceinline__ bool softmax_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, int key0, int quad,
-                                              float (&factor)[2]) {
+__device__ __forceinline__ void prepare_scores(ConsumerState<Cfg>& st, const SoftmaxParams& sp, int key0, int quad) {
   constexpr int kN = Cfg::kBlockN / 2;
   if (sp.cap_inner != 0.0f) {
 #pragma unroll
@@ -296,6 +292,17 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Cfg>& st, const Soft
       }
     }
   }
+}
+
+// Online softmax of one block's prepared scores (in place on st.s). Returns the factor that rescales O for
+// each half and whether any row of the warp needs it.
+//
+// Conditional rescale: a row keeps its stored max until the block's max exceeds it by more than
+// core::kRescaleThresholdLog2 (log2 units); until then probabilities may reach 2^8, which fp32 sums and
+// the 16-bit P hold exactly as well, and the O rescale is skipped when no row of the warp moved its max.
+template <typename Cfg>
+__device__ __forceinline__ bool softmax_rows(ConsumerState<Cfg>& st, const SoftmaxParams& sp, float (&factor)[2]) {
+  constexpr int kN = Cfg::kBlockN / 2;
   float tile_max[2] = {core::kNegInf, core::kNegInf};
 #pragma unroll
   for (int i = 0; i < kN; ++i) tile_max[acc_half(i)] = fmaxf(tile_max[acc_half(i)], st.s[i]);
@@ -324,6 +331,50 @@ __device__ __forceinline__ bool softmax_block(ConsumerState<Cfg>& st, const Soft
 #pragma unroll
   for (int h = 0; h < 2; ++h) st.row_sum[h] = st.row_sum[h] * factor[h] + tile_sum[h];
   return __any_sync(0xffffffffu, moved);
+}
+
+// The whole softmax of one block: prepare_scores, then softmax_rows.
+template <bool kMasked, typename Cfg>
+__device__ __forceinline__ bool softmax_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, int key0, int quad,
+                                              float (&factor)[2]) {
+  prepare_scores<kMasked>(st, sp, key0, quad);
+  return softmax_rows(st, sp, factor);
+}
+
+// The fast form of softmax_rows for a main-loop block (Cfg::kStaleMax): the exponentials against the rows'
+// stored max as it stands, with no block max, the max's 32-deep FMNMX chain per row half and its shuffles
+// off the softmax's critical path. It holds where softmax_rows would not move the max: then every
+// probability is at most 2^8, so each thread's part of a row's block sum is at most 2^8. Conversely, parts
+// within 2^8 bound every probability by 2^8, the bound the conditional rescale keeps anyway, so the block
+// is done with factor 1 (as softmax_rows' would be, but for a probability within rounding of 2^8). Returns
+// false, leaving st.s without use, where a part exceeds 2^8 for any row of the warp: a score more than ~8
+// log2 units above the stored max, an overflow to inf, a NaN (a row with no max yet: -inf stored), which the
+// comparison also rejects. Warp-uniform.
+template <typename Cfg>
+__device__ __forceinline__ bool softmax_rows_stale(ConsumerState<Cfg>& st, const SoftmaxParams& sp) {
+  static_assert(core::kRescaleThresholdLog2 == 8.0f, "kBound is 2^kRescaleThresholdLog2");
+  constexpr float kBound = 256.0f;
+  constexpr int kN = Cfg::kBlockN / 2;
+  const float base[2] = {st.row_max[0] * sp.mult, st.row_max[1] * sp.mult};
+  float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    st.s[i] = fast_exp2(fmaf(st.s[i], sp.mult, -base[acc_half(i)]));
+    tile_sum[acc_half(i)] += st.s[i];
+  }
+  if (!__all_sync(0xffffffffu, tile_sum[0] <= kBound && tile_sum[1] <= kBound)) return false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) st.row_sum[h] += tile_sum[h];
+  return true;
+}
+
+// Element offset of the 16-byte chunk (row r, columns c .. c + 7, c a multiple of 8) in a K-major
+// tile of kRows rows as TMA's 128-byte swizzle stores it: 64-column blocks of kRows x 128 bytes, chunk
+// (c % 64) / 8 of row r at chunk position ((c % 64) / 8) ^ (r % 8) (the tile starts on a 1024-byte boundary).
+template <int kRows>
+__device__ __forceinline__ int swizzled_chunk(int r, int c) {
+  return (c / sm90::kSwizzleElems) * kRows * sm90::kSwizzleElems + r * sm90::kSwizzleElems +
+         ((((c % sm90::kSwizzleElems) / 8) ^ (r % 8)) * 8);
 }
 
 template <typename Cfg>
@@ -444,13 +495,46 @@ struct Consumer {
 
   __device__ void wait_k(int iter) { sm90::mbar_wait(&sm.k_full[iter % Cfg::kStages], (iter / Cfg::kStages) & 1); }
   __device__ void wait_v(int iter) { sm90::mbar_wait(&sm.v_full[iter % Cfg::kStages], (iter / Cfg::kStages) & 1); }
-  // One arrival per warpgroup, after its wgmma_wait: a wgmma is one operation of the whole warpgroup, so
-  // once it has completed for this thread it has finished reading the stage for all four warps.
+  // V: one arrival per warpgroup, after its wgmma_wait: a wgmma is one operation of the whole warpgroup, so
+  // once it has completed for this thread it has finished reading the stage for all four warps. K: one
+  // arrival per warp, since a warp may read the stage again on its own after its Q K^T (recompute_scores).
   __device__ void release_k(int iter) {
-    if (tid == 0) sm90::mbar_arrive(&sm.k_empty[iter % Cfg::kStages]);
+    if (lane() == 0) sm90::mbar_arrive(&sm.k_empty[iter % Cfg::kStages]);
   }
   __device__ void release_v(int iter) {
     if (tid == 0) sm90::mbar_arrive(&sm.v_empty[iter % Cfg::kStages]);
+  }
+
+  // This warp's 16 rows of the block's raw scores S = Q K^T again, into st.s, with mma.sync from the Q and K
+  // tiles in shared memory (the slow path after softmax_rows_stale): a warp's part of an m64nN wgmma
+  // accumulator is, register for register, the m16n8 accumulator of each 8-key column group. The same
+  // products as issue_qk's, summed in another order. The warp releases the K stage and the Q buffer only
+  // after this (release_k, release_q arrive per warp).
+  __device__ void recompute_scores(ConsumerState<Cfg>& st, int iter) const {
+    const T* q = sm.q[qbuf];
+    const T* k = sm.k[iter % Cfg::kStages];
+    const int l = lane();
+    // ldmatrix rows: A (x4), rows l % 8 + 8 ((l / 8) % 2) at column 8 (l / 16) of each k16 step; B (x2, lanes
+    // 0-15), key l % 8 of each 8-key group at column 8 ((l / 8) % 2).
+    const int q_row = wg * Cfg::kRowsPerWarpgroup + warp() * 16 + l % 8 + 8 * ((l / 8) % 2);
+#pragma unroll
+    for (int i = 0; i < Cfg::kBlockN / 2; ++i) st.s[i] = 0.0f;
+#pragma unroll 1  // a rare path: kept short and light on registers
+    for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, q + swizzled_chunk<Cfg::kBlockM>(q_row, 16 * kk + 8 * (l / 16)));
+#pragma unroll
+      for (int j = 0; j < Cfg::kBlockN / 8; ++j) {
+        uint32_t b[2];
+        ldmatrix_x2(b, k + swizzled_chunk<Cfg::kBlockN>(8 * j + l % 8, 16 * kk + 8 * ((l / 8) % 2)));
+        float c[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) c[r] = st.s[4 * j + r];
+        mma_16816<T>(c, a, b);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) st.s[4 * j + r] = c[r];
+      }
+    }
   }
 
   __device__ void qk(ConsumerState<Cfg>& st, int iter) {
@@ -540,9 +624,20 @@ struct Consumer {
       pass_turn<Cfg>(wg);
       sm90::wgmma_wait<1>();  // S of this block is ready; P V of the previous one may still run
       sm90::fence_registers(st.s);
-      release_k(iter);
+      bool moved = false;
+      prepare_scores<kMasked>(st, sp, key0, quad());
+      if (!Cfg::kStaleMax || !softmax_rows_stale(st, sp)) {
+        if constexpr (Cfg::kStaleMax) {
+          // Rare: P V j-1 completes first, which frees P's registers for the recomputation.
+          sm90::wgmma_wait<0>();
+          sm90::fence_registers(st.o);
+          recompute_scores(st, iter);
+          prepare_scores<kMasked>(st, sp, key0, quad());
+        }
+        moved = softmax_rows(st, sp, factor);
+      }
+      release_k(iter);  // after the softmax: its slow path reads the stage again
       refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
-      const bool moved = softmax_block<kMasked>(st, sp, key0, quad(), factor);
       // The wait for P V sits in both arms of the branch on purpose: in one basic block with the softmax,
       // ptxas scheduled the WARPGROUP.DEPBAR above the softmax, which then ran only after P V had finished
       // (seen in the SASS and in the profile: 15% of the stall samples on that DEPBAR). The branch keeps
@@ -679,7 +774,7 @@ struct Consumer {
   // it, an earlier version that took the next tile before the epilogue let a warp run two phases ahead:
   // Fa3Forward.TileChangesAcrossManyTilesPerCta hung, FLASHATTN_MBAR_WATCHDOG named q_full.)
   __device__ void release_q() {
-    if (tid == 0) sm90::mbar_arrive(&sm.q_empty[qbuf]);
+    if (lane() == 0) sm90::mbar_arrive(&sm.q_empty[qbuf]);
   }
   // The warpgroup's own named barrier (after the consumers' turn barriers).
   __device__ void sync_warpgroup() const {
@@ -912,12 +1007,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) fa3_fwd_kernel(const __grid_
     sm90::prefetch_tensor_map(&params.tm_v);
     for (int b = 0; b < Cfg::kQBuffers; ++b) {
       sm90::mbar_init(&sm.q_full[b], 1);
-      sm90::mbar_init(&sm.q_empty[b], Cfg::kConsumerWarpgroups);
+      sm90::mbar_init(&sm.q_empty[b], Cfg::kConsumerWarpgroups * sm90::kWarpgroupWarps);
     }
     for (int s = 0; s < Cfg::kStages; ++s) {
       sm90::mbar_init(&sm.k_full[s], 1);
       sm90::mbar_init(&sm.v_full[s], 1);
-      sm90::mbar_init(&sm.k_empty[s], Cfg::kConsumerWarpgroups);
+      sm90::mbar_init(&sm.k_empty[s], Cfg::kConsumerWarpgroups * sm90::kWarpgroupWarps);
       sm90::mbar_init(&sm.v_empty[s], Cfg::kConsumerWarpgroups);
     }
     sm90::mbar_init(&sm.tile_full, 1);
