@@ -9,13 +9,13 @@
 #  3. What would a softmax without its block sum gain (a row sum formed by the tensor core instead, as a
 #     column of ones beside V)? no-block-sum.patch leaves the sum out (outputs wrong): the same two measures.
 # d 128 and d 64, N 8192 (timelines). Trees made beforehand and carried (.ab):
-#   F=bench/results/h200-20261206-fa3-ceiling; D=bench/results/gpu-20261206-fa3-idle-probe
+#   F=bench/results/h200-20261206-fa3-ceiling; D=bench/results/h100-20261206-fa3-idle-probe
 #   AB_COMMIT=9a773ff bash scripts/ab_trees.sh .ab tl_base=$F/timeline.patch \
 #     tl_idle1=$F/timeline.patch+$D/idle-consumer1.patch \
 #     tl_idle1_noexp2=$F/no-exp2.patch+$F/timeline.patch+$D/idle-consumer1.patch \
 #     tl_nomax=$D/no-block-max.patch+$F/timeline.patch tl_nosum=$D/no-block-sum.patch+$F/timeline.patch \
 #     base nomax=$D/no-block-max.patch nosum=$D/no-block-sum.patch
-#   then on the GPU machine: bash bench/results/gpu-20261206-fa3-idle-probe/run.sh $OUT
+#   then on the GPU machine: bash bench/results/h100-20261206-fa3-idle-probe/run.sh $OUT
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
