@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device call (~450 s): the fa3 main-loop softmax against the stored row max (maxless.patch) against the
 # commit before it. Trees made beforehand and carried (.ab):
-#   AB_COMMIT=26d8995 bash scripts/ab_trees.sh .ab base maxless=bench/results/gpu-20261206-fa3-maxless/maxless.patch
-# then on the GPU machine: bash bench/results/gpu-20261206-fa3-maxless/run.sh $OUT
+#   AB_COMMIT=26d8995 bash scripts/ab_trees.sh .ab base maxless=bench/results/h100-20261206-fa3-maxless/maxless.patch
+# then on the GPU machine: bash bench/results/h100-20261206-fa3-maxless/run.sh $OUT
 # Builds both (CLI and GPU tests, sm_90a), runs every fa3 GPU test on maxless and the rising-scores test on
 # base, then scripts/fa3_probe.sh rounds on five shapes, the trees alternating.
 set -uo pipefail

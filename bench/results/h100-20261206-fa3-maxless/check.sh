@@ -2,7 +2,7 @@
 # Second device call (short: what the device time left allows): the commit that adopts the change, built
 # once (GPU tests, sm_90a); compute-sanitizer racecheck and memcheck on Fa3Forward.SmallShapes (the K stage
 # and the Q buffer now take one arrival per consumer warp), then the whole GPU test binary until the limit.
-# Usage on the GPU machine: bash bench/results/gpu-20261206-fa3-maxless/check.sh $OUT
+# Usage on the GPU machine: bash bench/results/h100-20261206-fa3-maxless/check.sh $OUT
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
