@@ -459,6 +459,16 @@ SASS_OVERLAP = """
         /*0000*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
         /*0010*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
         /*0020*/                   FMNMX R3, R4, R5, !PT ;
+		Function : _ZN9flashattn4cuda3fa314fa3_fwd_kernelI1CEEvv
+        /*0000*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0010*/                   MUFU.EX2 R8, R8 ;
+        /*0020*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0030*/                   FMNMX R3, R4, R5, !PT ;
+		Function : _ZN9flashattn4cuda3fa314fa3_fwd_kernelI1DEEvv
+        /*0000*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0010*/                   FFMA R8, R8, R9, -R10 ;
+        /*0020*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0030*/                   MUFU.EX2 R8, R8 ;
 		Function : _Z10fa2_kernelv
         /*0000*/                   FMNMX R3, R4, R5, !PT ;
 """
@@ -466,13 +476,17 @@ SASS_OVERLAP = """
 
 @pytest.mark.skipif(shutil.which("awk") is None, reason="no awk")
 def test_sass_overlap_finds_the_softmax_before_or_after_the_pv_wait(tmp_path):
-    # A main-loop wait counts as overlapped (good) when the softmax's first FMNMX comes between the wait for
-    # Q K^T and the wait for P V, seeded with -INF or not (a max in independent chains starts from two
-    # scores); after the P V wait it counts as bad. Only fa3 kernels are listed.
+    # A main-loop wait counts as overlapped (good) when the softmax's start comes between the wait for Q K^T
+    # and the wait for P V: its first FMNMX, seeded with -INF or not (a max in independent chains starts from
+    # two scores), or its first MUFU.EX2 where the exponentials go first (Fa3Config::kStaleMax: a block max,
+    # if any, only after the P V wait). With neither before the P V wait it counts as bad. Only fa3 kernels
+    # are listed.
     rows = _awk_rows("sass_overlap.awk", SASS_OVERLAP, tmp_path)
     assert [row[0].split() + [row[1]] for row in rows] == [
         ["2", "0", "6", "_ZN9flashattn4cuda3fa314fa3_fwd_kernelI1AEEvv"],
         ["0", "1", "3", "_ZN9flashattn4cuda3fa314fa3_fwd_kernelI1BEEvv"],
+        ["1", "0", "4", "_ZN9flashattn4cuda3fa314fa3_fwd_kernelI1CEEvv"],
+        ["0", "1", "4", "_ZN9flashattn4cuda3fa314fa3_fwd_kernelI1DEEvv"],
     ]
 
 
