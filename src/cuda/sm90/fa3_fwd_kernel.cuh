@@ -1,19 +1,20 @@
 // FlashAttention-3 forward on Hopper (sm90a).
 //
 // Roles. Warpgroup 0 is the producer: after lowering its register budget (setmaxnreg) one thread issues
-// every TMA load and another hands out the tiles (below). The other two (or three) warpgroups are consumers: each owns 64 rows of the CTA's Q
-// tile, raises its register budget and runs S = Q K^T (wgmma, both operands in shared memory), the
-// online softmax and O += P V (wgmma, P from registers, V from shared memory), fp32 accumulators.
+// every TMA load and another hands out the tiles (below). The other two (or three) warpgroups are
+// consumers: each owns 64 rows of the CTA's Q tile, raises its register budget and runs S = Q K^T (wgmma,
+// both operands in shared memory), the online softmax and O += P V (wgmma, P from registers, V from shared
+// memory), fp32 accumulators.
 //
 // Pipeline. Q has one or two buffers (kQBuffers; q_full / q_empty each), a buffer released as soon as its
-// tile's last Q K^T and softmax have completed (each warp arrives for itself); the CTA's t-th tile takes buffer t % kQBuffers and its phase
-// (t / kQBuffers) & 1, even a tile without keys (skip_q). With one buffer the next tile's Q loads under the
-// last P V and the epilogue; with two it loads during the previous tile, and a tile's epilogue runs under
-// the next tile's first Q K^T (kDeferEpilogue). K and V rotate through kStages buffers
-// each with their own full/empty mbarriers, so Q K^T of a block can start before its V has landed. Block
-// counters run on across tiles: the stage of the i-th block a CTA ever handles is i % kStages and its
-// phase (i / kStages) & 1. Consumers wait `full` with that parity; the producer waits `empty` with the
-// opposite parity (a fresh barrier counts as having completed the phase before phase 0).
+// tile's last Q K^T and softmax have completed (each warp arrives for itself); the CTA's t-th tile takes
+// buffer t % kQBuffers and its phase (t / kQBuffers) & 1, even a tile without keys (skip_q). With one
+// buffer the next tile's Q loads under the last P V and the epilogue; with two it loads during the previous
+// tile, and a tile's epilogue runs under the next tile's first Q K^T (kDeferEpilogue). K and V rotate
+// through kStages buffers each with their own full/empty mbarriers, so Q K^T of a block can start before
+// its V has landed. Block counters run on across tiles: the stage of the i-th block a CTA ever handles is
+// i % kStages and its phase (i / kStages) & 1. Consumers wait `full` with that parity; the producer waits
+// `empty` with the opposite parity (a fresh barrier counts as having completed the phase before phase 0).
 //
 // Two levels of overlap:
 //  - Ping-pong between the consumer warpgroups: named barriers hand the right to issue GEMMs round the
@@ -271,7 +272,8 @@ struct SoftmaxParams {
 
 // Softcap and mask of one block's raw scores, in place on st.s (the first steps of its softmax).
 template <bool kMasked, typename Cfg>
-__device__ __forceinline__ void prepare_scores(ConsumerState<Cfg>& st, const SoftmaxParams& sp, int key0, int quad) {
+__device__ __forceinline__ void prepare_scores(ConsumerState<Cfg>& st, const SoftmaxParams& sp, int key0,
+                                               int quad) {
   constexpr int kN = Cfg::kBlockN / 2;
   if (sp.cap_inner != 0.0f) {
 #pragma unroll
@@ -766,13 +768,15 @@ struct Consumer {
   }
 
   // The tile's Q buffer is free once this warpgroup's last Q K^T of the tile has completed (the caller
-  // waited for it): the producer can load a later tile's Q into it. One arrival per warpgroup, as for the
-  // K/V stages. Hazard: that is enough only while every warp of the warpgroup has passed its wait on the
-  // buffer's q_full for this tile, or a warp left behind could see the buffer's next phase complete too
-  // and then wait on an aliased parity forever. With keys, the tile's wgmma keeps the four warps together;
-  // a tile without keys has none, so its path meets at a warpgroup barrier first (sync_warpgroup). (Without
-  // it, an earlier version that took the next tile before the epilogue let a warp run two phases ahead:
-  // Fa3Forward.TileChangesAcrossManyTilesPerCta hung, FLASHATTN_MBAR_WATCHDOG named q_full.)
+  // waited for it) and, with Cfg::kStaleMax, once each warp's last softmax has (its slow path reads Q
+  // again, recompute_scores): the producer can load a later tile's Q into it. One arrival per warp, as for
+  // the K stages. Hazard: an arrival must never come from a warp for another that has yet to pass its wait
+  // on the buffer's q_full for this tile, or the warp left behind could see the buffer's next phase complete
+  // too and then wait on an aliased parity forever. Each warp arriving for itself rules that out; the paths
+  // of a tile without keys still meet at a warpgroup barrier first (sync_warpgroup), as they did when one
+  // thread arrived for the warpgroup. (Without it, an earlier version that took the next tile before the
+  // epilogue let a warp run two phases ahead: Fa3Forward.TileChangesAcrossManyTilesPerCta hung,
+  // FLASHATTN_MBAR_WATCHDOG named q_full.)
   __device__ void release_q() {
     if (lane() == 0) sm90::mbar_arrive(&sm.q_empty[qbuf]);
   }
