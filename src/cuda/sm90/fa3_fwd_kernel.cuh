@@ -630,7 +630,10 @@ struct Consumer {
       prepare_scores<kMasked>(st, sp, key0, quad());
       if (!Cfg::kStaleMax || !softmax_rows_stale(st, sp)) {
         if constexpr (Cfg::kStaleMax) {
-          // Rare: P V j-1 completes first, which frees P's registers for the recomputation.
+          // Rare: P V j-1 completes first, which frees P's registers for the recomputation (without this
+          // wait the head-dim-128 kernels spilled). The branch is warp-uniform, not warpgroup-uniform, as
+          // the rescale branch below has always been: PTX asks wgmma.wait_group of the whole warpgroup,
+          // while its SASS (WARPGROUP.DEPBAR) is a wait of the executing warp on the warpgroup's groups.
           sm90::wgmma_wait<0>();
           sm90::fence_registers(st.o);
           recompute_scores(st, iter);
