@@ -626,6 +626,10 @@ struct Consumer {
       pass_turn<Cfg>(wg);
       sm90::wgmma_wait<1>();  // S of this block is ready; P V of the previous one may still run
       sm90::fence_registers(st.s);
+      if constexpr (!Cfg::kStaleMax) {  // the K stage is done with (with kStaleMax: after the softmax)
+        release_k(iter);
+        refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+      }
       bool moved = false;
       prepare_scores<kMasked>(st, sp, key0, quad());
       if (!Cfg::kStaleMax || !softmax_rows_stale(st, sp)) {
@@ -641,8 +645,10 @@ struct Consumer {
         }
         moved = softmax_rows(st, sp, factor);
       }
-      release_k(iter);  // after the softmax: its slow path reads the stage again
-      refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+      if constexpr (Cfg::kStaleMax) {  // after the softmax: its slow path reads the stage again
+        release_k(iter);
+        refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+      }
       // The wait for P V sits in both arms of the branch on purpose: in one basic block with the softmax,
       // ptxas scheduled the WARPGROUP.DEPBAR above the softmax, which then ran only after P V had finished
       // (seen in the SASS and in the profile: 15% of the stall samples on that DEPBAR). The branch keeps
