@@ -48,6 +48,7 @@
 #include "core/softmax_online.h"
 #include "cuda/common/problem_params.cuh"
 #include "cuda/common/ptx_sm80.cuh"
+#include "cuda/common/smem_swizzle.cuh"
 #include "cuda/sm90/fa3_config.cuh"
 #include "cuda/sm90/sm90_ptx.cuh"
 #include "cuda/sm90/wgmma_ops.cuh"
@@ -296,6 +297,19 @@ __device__ __forceinline__ void prepare_scores(ConsumerState<Cfg>& st, const Sof
   }
 }
 
+// The block's probabilities in place, exp2(s * mult - base of the row half), and this thread's part of each
+// row half's block sum. The scale is folded into the exponent: one FFMA and one MUFU exp2 per score.
+template <typename Cfg>
+__device__ __forceinline__ void exponentials(ConsumerState<Cfg>& st, float mult, const float (&base)[2],
+                                             float (&tile_sum)[2]) {
+  tile_sum[0] = tile_sum[1] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < Cfg::kBlockN / 2; ++i) {
+    st.s[i] = fast_exp2(fmaf(st.s[i], mult, -base[acc_half(i)]));
+    tile_sum[acc_half(i)] += st.s[i];
+  }
+}
+
 // Online softmax of one block's prepared scores (in place on st.s). Returns the factor that rescales O for
 // each half and whether any row of the warp needs it.
 //
@@ -323,13 +337,8 @@ __device__ __forceinline__ bool softmax_rows(ConsumerState<Cfg>& st, const Softm
     st.row_max[h] = new_max;
     moved = moved || move;
   }
-  float tile_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    // The scale is folded into the exponent: one FFMA and one MUFU exp2 per score.
-    st.s[i] = fast_exp2(fmaf(st.s[i], sp.mult, -base[acc_half(i)]));
-    tile_sum[acc_half(i)] += st.s[i];
-  }
+  float tile_sum[2];
+  exponentials(st, sp.mult, base, tile_sum);
 #pragma unroll
   for (int h = 0; h < 2; ++h) st.row_sum[h] = st.row_sum[h] * factor[h] + tile_sum[h];
   return __any_sync(0xffffffffu, moved);
@@ -356,14 +365,9 @@ template <typename Cfg>
 __device__ __forceinline__ bool softmax_rows_stale(ConsumerState<Cfg>& st, const SoftmaxParams& sp) {
   static_assert(core::kRescaleThresholdLog2 == 8.0f, "kBound is 2^kRescaleThresholdLog2");
   constexpr float kBound = 256.0f;
-  constexpr int kN = Cfg::kBlockN / 2;
   const float base[2] = {st.row_max[0] * sp.mult, st.row_max[1] * sp.mult};
-  float tile_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    st.s[i] = fast_exp2(fmaf(st.s[i], sp.mult, -base[acc_half(i)]));
-    tile_sum[acc_half(i)] += st.s[i];
-  }
+  float tile_sum[2];
+  exponentials(st, sp.mult, base, tile_sum);
   if (!__all_sync(0xffffffffu, tile_sum[0] <= kBound && tile_sum[1] <= kBound)) return false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) st.row_sum[h] += tile_sum[h];
@@ -371,12 +375,12 @@ __device__ __forceinline__ bool softmax_rows_stale(ConsumerState<Cfg>& st, const
 }
 
 // Element offset of the 16-byte chunk (row r, columns c .. c + 7, c a multiple of 8) in a K-major
-// tile of kRows rows as TMA's 128-byte swizzle stores it: 64-column blocks of kRows x 128 bytes, chunk
-// (c % 64) / 8 of row r at chunk position ((c % 64) / 8) ^ (r % 8) (the tile starts on a 1024-byte boundary).
+// tile of kRows rows as TMA's 128-byte swizzle stores it: 64-column blocks of kRows x 128 bytes, each the
+// XOR-swizzled rows of cuda/common/smem_swizzle.cuh (the tile starts on a 1024-byte boundary).
 template <int kRows>
 __device__ __forceinline__ int swizzled_chunk(int r, int c) {
-  return (c / sm90::kSwizzleElems) * kRows * sm90::kSwizzleElems + r * sm90::kSwizzleElems +
-         ((((c % sm90::kSwizzleElems) / 8) ^ (r % 8)) * 8);
+  return (c / sm90::kSwizzleElems) * kRows * sm90::kSwizzleElems +
+         swizzled_chunk_offset<sm90::kSwizzleElems>(r, (c % sm90::kSwizzleElems) / kSwizzleChunkElems);
 }
 
 template <typename Cfg>
