@@ -490,12 +490,17 @@ def test_sass_overlap_finds_the_softmax_before_or_after_the_pv_wait(tmp_path):
     ]
 
 
-def _fake_tree(root, name, tflops):
+def _fake_cli(root, name, body):
+    # A tree whose build-ab/flashattn is the shell script `body`.
     cli = root / name / "build-ab" / "flashattn"
     cli.parent.mkdir(parents=True)
-    cli.write_text("#!/bin/sh\necho '{\"forward\": {\"tflops\": %s}, \"pass\": true}'\n" % tflops)
+    cli.write_text("#!/bin/sh\n" + body)
     cli.chmod(0o755)
     return root / name
+
+
+def _fake_tree(root, name, tflops):
+    return _fake_cli(root, name, "echo '{\"forward\": {\"tflops\": %s}, \"pass\": true}'\n" % tflops)
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
@@ -724,12 +729,9 @@ def test_fa3_timeline_takes_medians_over_the_steady_blocks_only():
 def test_fa3_timeline_runs_each_tree_at_each_head_dim(tmp_path):
     trees = []
     for name in ("a", "b"):
-        cli = tmp_path / name / "build-ab" / "flashattn"
-        cli.parent.mkdir(parents=True)
         lines = "\n".join(_timeline_lines(0, [2000 if name == "a" else 1500] * 64, [900] * 64))
-        cli.write_text("#!/bin/sh\necho \"$*\" >> %s\ncat >&2 <<'TL'\n%s\nTL\n" % (tmp_path / (name + ".args"), lines))
-        cli.chmod(0o755)
-        trees.append(f"{name}={tmp_path / name}")
+        tree = _fake_cli(tmp_path, name, "echo \"$*\" >> %s\ncat >&2 <<'TL'\n%s\nTL\n" % (tmp_path / (name + ".args"), lines))
+        trees.append(f"{name}={tree}")
     out = tmp_path / "out"
     run = subprocess.run(["bash", os.path.join(SCRIPTS, "fa3_timeline.sh"), str(out)] + trees,
                          capture_output=True, text=True, env=dict(os.environ, FA3_TIMELINE_DIMS="128 64"))
