@@ -522,14 +522,10 @@ def test_fa3_probe_rotates_the_trees_and_reports_medians_against_the_first(tmp_p
 
 
 def _fake_decode_tree(root, name, us):
-    cli = root / name / "build-ab" / "flashattn"
-    cli.parent.mkdir(parents=True)
     # Logs its arguments, then prints a run's JSON line as `flashattn run --json` does.
-    cli.write_text("#!/bin/sh\necho \"$*\" >> %s\n"
-                   "echo '{\"forward\": {\"ms\": %s}, \"pass\": true, \"kernel\": \"k_%s\"}'\n"
-                   % (root / (name + ".args"), us / 1e3, name))
-    cli.chmod(0o755)
-    return root / name
+    return _fake_cli(root, name, "echo \"$*\" >> %s\n"
+                     "echo '{\"forward\": {\"ms\": %s}, \"pass\": true, \"kernel\": \"k_%s\"}'\n"
+                     % (root / (name + ".args"), us / 1e3, name))
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
