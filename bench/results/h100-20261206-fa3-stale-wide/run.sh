@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepared call (~400 s): the stored-max softmax on every kernel with intra-warpgroup overlap (stale-wide.patch)
 # against the commit it is made on. Trees made beforehand and carried (.ab):
-#   AB_COMMIT=a02ae44 bash scripts/ab_trees.sh .ab base wide=bench/results/gpu-20261206-fa3-stale-wide/stale-wide.patch
-# then on the GPU machine: bash bench/results/gpu-20261206-fa3-stale-wide/run.sh $OUT
+#   AB_COMMIT=a02ae44 bash scripts/ab_trees.sh .ab base wide=bench/results/h100-20261206-fa3-stale-wide/stale-wide.patch
+# then on the GPU machine: bash bench/results/h100-20261206-fa3-stale-wide/run.sh $OUT
 # Builds both (CLI and GPU tests, sm_90a), runs every fa3 GPU test on wide (ScoresRisingPastTheStoredMax has a
 # three-consumer head-dim-64 case), then scripts/fa3_probe.sh rounds, the trees alternating.
 set -uo pipefail
