@@ -363,8 +363,8 @@ TEST(Fa3Forward, GqaPackedTiles) {
 // for the rows that favour it). Blocks of 128 rows of the K tensor (a varlen batch's sequences share one
 // row count, so there the steps run over the packed rows). A main-loop block whose exponentials against the
 // stored max leave a thread's part of a row sum above 2^8 recomputes its scores from shared memory
-// (Fa3Config::kStaleMax); here most blocks do. Each kernel form with that path and one without, against the
-// reference: a missing or wrong recomputation leaves inf, NaN or wrong rows.
+// (Fa3Config::kStaleMax); here most blocks do. Each kernel form with that path (head dims up to 128, two and
+// three consumers, partial columns, GQA-packed, causal) and head dim 256 without it, against the reference: a missing or wrong recomputation leaves inf, NaN or wrong rows.
 void scale_keys_towards_the_start(fat::HostCase* h) {
   const flashattn::TensorView& k = h->k.view;  // [batch, rows, heads, d] or packed [rows, heads, d]
   const bool packed = k.ndim == 3;
@@ -397,7 +397,11 @@ TEST(Fa3Forward, ScoresRisingPastTheStoredMax) {
                          Shape{DType::kBFloat16, 96, 300, 900, 2, 1, false, "fa3_fwd_sm90_bf16_hd128_m128n128_d96"},
                          Shape{DType::kBFloat16, 128, 3, 1100, 16, 2, true, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa8"},
                          Shape{DType::kBFloat16, 64, 1024, 1024, 2, 2, true, "fa3_fwd_sm90_bf16_hd64_m128n128"},
-                         Shape{DType::kFloat16, 64, 1024, 1024, 2, 2, false, "fa3_fwd_sm90_fp16_hd64_m192n128"}}) {
+                         Shape{DType::kFloat16, 64, 1024, 1024, 2, 2, false, "fa3_fwd_sm90_fp16_hd64_m192n128"},
+                         Shape{DType::kBFloat16, 64, 1024, 1200, 2, 2, true, "fa3_fwd_sm90_bf16_hd64_m192n128"},
+                         Shape{DType::kFloat16, 40, 500, 1200, 4, 2, false, "fa3_fwd_sm90_fp16_hd64_m192n128_d40"},
+                         Shape{DType::kBFloat16, 64, 7, 2000, 8, 2, true, "fa3_fwd_sm90_bf16_hd64_m192n128_gqa4"},
+                         Shape{DType::kBFloat16, 256, 600, 900, 2, 1, false, "fa3_fwd_sm90_bf16_hd256_m128n64"}}) {
     Case c = fa3_case("rising-scores", v.dtype, v.d, v.sq, v.sk);
     c.heads_q = v.hq;
     c.heads_kv = v.hkv;

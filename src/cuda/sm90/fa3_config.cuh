@@ -59,11 +59,13 @@ struct Fa3Config {
 
   static constexpr int kRowsPerWarpgroup = kBlockM / kConsumerWarpgroups;  // one wgmma M (64)
   // A main-loop block's softmax first tries the exponentials against the rows' stored max, with no block max
-  // (softmax_rows_stale), and recomputes the warp's scores from shared memory where that does not hold
-  // (Consumer::recompute_scores). Only where softmax j runs under P V j-1 (the main loop of those kernels),
-  // and on two consumers up to head dim 128: with the slow path compiled in, the three-consumer head-dim-64
-  // kernels (160 registers a thread) spill 152-196 bytes and the head-dim-256 ones 52.
-  static constexpr bool kStaleMax = kIntraOverlap && kConsumerWarpgroups == 2 && kHeadDim <= 128;
+  // (softmax_rows_stale); a warp for which that does not hold waits for P V, recomputes its scores from shared
+  // memory (Consumer::recompute_scores) and runs the full softmax. On every kernel with intra-warpgroup
+  // overlap up to head dim 128; in the masked blocks only on two consumers (Consumer::block: the
+  // three-consumer head-dim-64 kernels, at 160 registers a thread, then spill). Head dim 256 keeps the full
+  // softmax: +0.3% there, against +7.4% at head dim 64 and +5.5% at 128 (N 8192, H100,
+  // bench/results/h100-20261206-fa3-stale-wide/).
+  static constexpr bool kStaleMax = kIntraOverlap && kHeadDim <= 128;
   // A consumer warpgroup passes over the tile's first key blocks (its last ones in key order) when none of its
   // rows sees them (Consumer::lead_blocks, skip_lead): it keeps pace with the K/V ring and the turns as an
   // idle warpgroup does. Under a causal mask the first warpgroup's rows end a block before the tile's

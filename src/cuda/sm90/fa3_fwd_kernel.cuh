@@ -22,7 +22,8 @@
 //  - Inside a warpgroup: issue Q K_j^T, then P_{j-1} V_{j-1}; wait for the first, run the softmax of block
 //    j while P V is still in flight, then wait for P V and rescale O. The softmax first takes the
 //    exponentials against the stored row max, without the block's max (kStaleMax, softmax_rows_stale); a
-//    warp for which that does not hold recomputes its scores from the K stage, released after the softmax.
+//    warp for which that does not hold waits for P V, recomputes its scores from the K stage (released
+//    after the softmax) and runs the full softmax.
 //
 // Scheduling. A persistent grid (one CTA per SM) takes tiles from a work queue: each CTA starts with tile
 // blockIdx.x; a scheduler thread in the producer warpgroup claims the next one with an atomicAdd on a
@@ -519,10 +520,14 @@ struct Consumer {
   __device__ void recompute_scores(ConsumerState<Cfg>& st, int iter) const {
     const T* q = sm.q[qbuf];
     const T* k = sm.k[iter % Cfg::kStages];
-    const int l = lane();
+    // The thread's index read afresh (a volatile read stays in this rare path: nothing derived from it is
+    // hoisted out and held in a register across the main loop).
+    uint32_t thread;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
+    const int l = int(thread % 32);
     // ldmatrix rows: A (x4), rows l % 8 + 8 ((l / 8) % 2) at column 8 (l / 16) of each k16 step; B (x2, lanes
     // 0-15), key l % 8 of each 8-key group at column 8 ((l / 8) % 2).
-    const int q_row = wg * Cfg::kRowsPerWarpgroup + warp() * 16 + l % 8 + 8 * ((l / 8) % 2);
+    const int q_row = wg * Cfg::kRowsPerWarpgroup + int(thread / 32 % sm90::kWarpgroupWarps) * 16 + l % 8 + 8 * ((l / 8) % 2);
 #pragma unroll
     for (int i = 0; i < Cfg::kBlockN / 2; ++i) st.s[i] = 0.0f;
 #pragma unroll 1  // a rare path: kept short and light on registers
@@ -630,40 +635,45 @@ struct Consumer {
       pass_turn<Cfg>(wg);
       sm90::wgmma_wait<1>();  // S of this block is ready; P V of the previous one may still run
       sm90::fence_registers(st.s);
-      if constexpr (!Cfg::kStaleMax) {  // the K stage is done with (with kStaleMax: after the softmax)
+      // The stored-max softmax in the masked blocks too only on two consumers (see Cfg::kStaleMax).
+      constexpr bool kStale = Cfg::kStaleMax && (!kMasked || Cfg::kConsumerWarpgroups == 2);
+      if constexpr (!kStale) {  // the K stage is done with (with kStaleMax: after the softmax)
         release_k(iter);
         refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
       }
-      bool moved = false;
       prepare_scores<kMasked>(st, sp, key0, quad());
-      if (!Cfg::kStaleMax || !softmax_rows_stale(st, sp)) {
-        if constexpr (Cfg::kStaleMax) {
-          // Rare: P V j-1 completes first, which frees P's registers for the recomputation (without this
-          // wait the head-dim-128 kernels spilled). The branch is warp-uniform, not warpgroup-uniform, as
-          // the rescale branch below has always been: PTX asks wgmma.wait_group of the whole warpgroup,
-          // while its SASS (WARPGROUP.DEPBAR) is a wait of the executing warp on the warpgroup's groups.
+      if constexpr (kStale) {
+        // Both arms wait for P V (see below); the slow one then recomputes the scores, with P's registers
+        // free and O no longer in flight, and runs the full softmax with its rescale. (Warp-uniform, as the
+        // rescale branch below: see the wait's note there.)
+        if (softmax_rows_stale(st, sp)) {
+          sm90::wgmma_wait<0>();
+          sm90::fence_registers(st.o);
+        } else {
           sm90::wgmma_wait<0>();
           sm90::fence_registers(st.o);
           recompute_scores(st, iter);
           prepare_scores<kMasked>(st, sp, key0, quad());
+          if (softmax_rows(st, sp, factor)) rescale_o(st, factor);
         }
-        moved = softmax_rows(st, sp, factor);
-      }
-      if constexpr (Cfg::kStaleMax) {  // after the softmax: its slow path reads the stage again
-        release_k(iter);
+        release_k(iter);  // after the softmax: its slow path reads the stage again
         refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
-      }
-      // The wait for P V sits in both arms of the branch on purpose: in one basic block with the softmax,
-      // ptxas scheduled the WARPGROUP.DEPBAR above the softmax, which then ran only after P V had finished
-      // (seen in the SASS and in the profile: 15% of the stall samples on that DEPBAR). The branch keeps
-      // it after the last exponential; scripts/ncu_profile.sh and the SASS check in gpu_check.sh show it.
-      if (moved) {
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(st.o);
-        rescale_o(st, factor);
       } else {
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(st.o);
+        const bool moved = softmax_rows(st, sp, factor);
+        // The wait for P V sits in both arms of the branch on purpose: in one basic block with the softmax,
+        // ptxas scheduled the WARPGROUP.DEPBAR above the softmax, which then ran only after P V had finished
+        // (seen in the SASS and in the profile: 15% of the stall samples on that DEPBAR). The branch keeps
+        // it after the last exponential; scripts/ncu_profile.sh and the SASS check in gpu_check.sh show it.
+        // (Its condition is a warp vote: the wait is warp-uniform, not warpgroup-uniform as PTX asks of
+        // wgmma.wait_group; in SASS it is WARPGROUP.DEPBAR, a wait of the executing warp.)
+        if (moved) {
+          sm90::wgmma_wait<0>();
+          sm90::fence_registers(st.o);
+          rescale_o(st, factor);
+        } else {
+          sm90::wgmma_wait<0>();
+          sm90::fence_registers(st.o);
+        }
       }
       release_v(iter - 1);
       refill_v(w, idx - 1 + Cfg::kStages, iter - 1 + Cfg::kStages);
