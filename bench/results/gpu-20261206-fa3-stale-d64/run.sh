@@ -16,7 +16,7 @@ timeout 200 $T --gtest_filter='Fa3*:*/fa3' >$OUT/logs/tests-new.log 2>&1
 echo "tests new rc $? after $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED)  \]' $OUT/logs/tests-new.log | tr '\n' ' ')"
 grep -E '^\[  FAILED  \]' $OUT/logs/tests-new.log | head -20
 for tool in racecheck memcheck; do
-  timeout 100 compute-sanitizer --tool $tool --error-exitcode 86 $T \
+  timeout 75 compute-sanitizer --tool $tool --error-exitcode 86 $T \
     --gtest_filter='Fa3Forward.ScoresRisingPastTheStoredMax' >$OUT/logs/$tool-new.log 2>&1
   echo "$tool rc $? after $(( $(date +%s) - t0 )) s: $(grep -E 'SUMMARY|PASSED|FAILED' $OUT/logs/$tool-new.log | tr '\n' ' ')"
 done
