@@ -66,6 +66,12 @@ struct Fa3Config {
   // softmax: +0.3% there, against +7.4% at head dim 64 and +5.5% at 128 (N 8192, H100,
   // bench/results/h100-20261206-fa3-stale-wide/).
   static constexpr bool kStaleMax = kIntraOverlap && kHeadDim <= 128;
+  // Where its slow path runs: after the wait for P V, both arms waiting (P's registers free: what keeps the
+  // three-consumer kernels spill-free; +2.0% at head dim 128 N 8192 against the slow path ahead of the wait,
+  // +8.1% at head dim 64 N 8192 on three consumers with the stored max), or ahead of it on two consumers at
+  // head dim 64, where the late form measured -1.3% (N 1024 causal, faster in 0 of 6 rounds;
+  // bench/results/h100-20261206-fa3-stale-d64/).
+  static constexpr bool kStaleSlowAfterPv = kStaleMax && !(kHeadDim == 64 && kConsumerWarpgroups == 2);
   // A consumer warpgroup passes over the tile's first key blocks (its last ones in key order) when none of its
   // rows sees them (Consumer::lead_blocks, skip_lead): it keeps pace with the K/V ring and the turns as an
   // idle warpgroup does. Under a causal mask the first warpgroup's rows end a block before the tile's

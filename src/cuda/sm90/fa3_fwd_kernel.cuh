@@ -520,14 +520,17 @@ struct Consumer {
   __device__ void recompute_scores(ConsumerState<Cfg>& st, int iter) const {
     const T* q = sm.q[qbuf];
     const T* k = sm.k[iter % Cfg::kStages];
-    // The thread's index read afresh (a volatile read stays in this rare path: nothing derived from it is
-    // hoisted out and held in a register across the main loop).
-    uint32_t thread;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
-    const int l = int(thread % 32);
+    // With the slow path after the P V wait (Cfg::kStaleSlowAfterPv), the thread's index read afresh: a
+    // volatile read stays in this rare path, so nothing derived from it is hoisted out and held in a register
+    // across the main loop (the three-consumer head-dim-64 kernels spilled 4-8 bytes without it). The
+    // two-consumer head-dim-64 kernels keep the form they were measured with.
+    uint32_t thread = 0;
+    if constexpr (Cfg::kStaleSlowAfterPv) asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
+    const int l = Cfg::kStaleSlowAfterPv ? int(thread % 32) : lane();
+    const int warp_index = Cfg::kStaleSlowAfterPv ? int(thread / 32 % sm90::kWarpgroupWarps) : warp();
     // ldmatrix rows: A (x4), rows l % 8 + 8 ((l / 8) % 2) at column 8 (l / 16) of each k16 step; B (x2, lanes
     // 0-15), key l % 8 of each 8-key group at column 8 ((l / 8) % 2).
-    const int q_row = wg * Cfg::kRowsPerWarpgroup + int(thread / 32 % sm90::kWarpgroupWarps) * 16 + l % 8 + 8 * ((l / 8) % 2);
+    const int q_row = wg * Cfg::kRowsPerWarpgroup + warp_index * 16 + l % 8 + 8 * ((l / 8) % 2);
 #pragma unroll
     for (int i = 0; i < Cfg::kBlockN / 2; ++i) st.s[i] = 0.0f;
 #pragma unroll 1  // a rare path: kept short and light on registers
@@ -642,7 +645,7 @@ struct Consumer {
         refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
       }
       prepare_scores<kMasked>(st, sp, key0, quad());
-      if constexpr (kStale) {
+      if constexpr (kStale && Cfg::kStaleSlowAfterPv) {
         // Both arms wait for P V (see below); the slow one then recomputes the scores, with P's registers
         // free and O no longer in flight, and runs the full softmax with its rescale. (Warp-uniform, as the
         // rescale branch below: see the wait's note there.)
@@ -659,7 +662,22 @@ struct Consumer {
         release_k(iter);  // after the softmax: its slow path reads the stage again
         refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
       } else {
-        const bool moved = softmax_rows(st, sp, factor);
+        bool moved = false;
+        if constexpr (kStale) {
+          // The slow path ahead of the P V wait below: it waits for P V itself, which frees P's registers
+          // for the recomputation.
+          if (!softmax_rows_stale(st, sp)) {
+            sm90::wgmma_wait<0>();
+            sm90::fence_registers(st.o);
+            recompute_scores(st, iter);
+            prepare_scores<kMasked>(st, sp, key0, quad());
+            moved = softmax_rows(st, sp, factor);
+          }
+          release_k(iter);  // after the softmax: its slow path reads the stage again
+          refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+        } else {
+          moved = softmax_rows(st, sp, factor);
+        }
         // The wait for P V sits in both arms of the branch on purpose: in one basic block with the softmax,
         // ptxas scheduled the WARPGROUP.DEPBAR above the softmax, which then ran only after P V had finished
         // (seen in the SASS and in the profile: 15% of the stall samples on that DEPBAR). The branch keeps
