@@ -69,7 +69,7 @@ struct Fa3Config {
   // Where its slow path runs: after the wait for P V, both arms waiting (P's registers free: what keeps the
   // three-consumer kernels spill-free; +2.0% at head dim 128 N 8192 against the slow path ahead of the wait,
   // +8.1% at head dim 64 N 8192 on three consumers with the stored max), or ahead of it on two consumers at
-  // head dim 64, where the late form measured -1.3% (N 1024 causal, faster in 0 of 6 rounds;
+  // head dim 64, where the late form measured -1.3% (N 1024 causal, slower in 5 of 6 rounds, one tie;
   // bench/results/h100-20261206-fa3-stale-d64/).
   static constexpr bool kStaleSlowAfterPv = kStaleMax && !(kHeadDim == 64 && kConsumerWarpgroups == 2);
   // A consumer warpgroup passes over the tile's first key blocks (its last ones in key order) when none of its

@@ -2,7 +2,7 @@
 # Prepared call (~500 s): 646ff54 (the stored-max softmax on the three-consumer head-dim-64 kernels, its slow
 # path after the P V wait) against ba0924a. Trees made beforehand and carried (.ab):
 #   AB_COMMIT=ba0924a bash scripts/ab_trees.sh .ab base && AB_COMMIT=646ff54 bash scripts/ab_trees.sh .ab new
-# then on the GPU machine: bash bench/results/<this folder>/run.sh $OUT
+# then on the GPU machine: bash bench/results/h100-20261206-fa3-stale-d64/run.sh $OUT
 # Builds both (CLI and GPU tests, sm_90a), runs every fa3 GPU test on new, racecheck and memcheck of the
 # rising-score cases on new, then scripts/fa3_probe.sh rounds, the trees alternating.
 set -uo pipefail
