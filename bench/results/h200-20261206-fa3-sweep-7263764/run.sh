@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared call (~200 s): the CLI at this commit (sm_90a, no tests), `flashattn bench --gpu --algo fa3` over the
 # sweep, SDPA cuDNN on its shapes (bench/peers_sdpa.py), merged by bench/compare.py, targets by bench/targets.py.
-# On the GPU machine: bash bench/results/<this folder>/run.sh $OUT
+# On the GPU machine: bash bench/results/h200-20261206-fa3-sweep-7263764/run.sh $OUT
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
