@@ -3,7 +3,11 @@
 
 The probe (bench/results/h200-20261206-fa3-ceiling/timeline.patch) makes one launch print, on stderr, a
 line per main-loop block and consumer warpgroup of CTA 0:
-  tl wg G blk B at CYCLE wait_kv_turn C issue C wait_qk C softmax C wait_pv C pack C
+  tl wg G blk B at CYCLE wait_kv_turn C issue C wait_qk C softmax C wait_pv C pack C [idx I]
+Where the lines end with the block's index in its tile (idx; a later form of the probe), this also prints
+the tile transitions: from the end of a tile's last main-loop block to the start of the next tile's first
+(the last block's P V, the next tile's first Q K^T, its softmax and the deferred epilogue), against the period
+of the blocks inside a tile.
 scripts/fa3_timeline.sh writes those lines of several trees into one file, each run after a header line
 "== TREE d HEAD_DIM". This prints, per tree and head dim, each warpgroup's period (cycles between the starts
 of consecutive blocks) and the median of each phase over blocks FIRST..LAST, and how long after warpgroup 0
@@ -18,7 +22,8 @@ import sys
 PHASES = ["wait_kv_turn", "issue", "wait_qk", "softmax", "wait_pv", "pack"]
 FIRST, LAST = 8, 55  # steady blocks: past the first tiles' start, inside the 64 recorded
 _HEADER = re.compile(r"== (\S+) d (\d+)")
-_LINE = re.compile(r"tl wg (\d) blk +(\d+) at +(-?\d+) " + " ".join(rf"{p} +(-?\d+)" for p in PHASES))
+_LINE = re.compile(r"tl wg (\d) blk +(\d+) at +(-?\d+) " + " ".join(rf"{p} +(-?\d+)" for p in PHASES) +
+                   r"(?: idx +(-?\d+))?")
 
 
 def parse(lines):
@@ -31,8 +36,29 @@ def parse(lines):
             continue
         m = _LINE.match(line)
         if m and cur is not None:
-            cur.setdefault(int(m[1]), []).append([int(x) for x in m.groups()[1:]])
+            cur.setdefault(int(m[1]), []).append([int(x) if x is not None else None for x in m.groups()[1:]])
     return runs
+
+
+def transitions(rows):
+    """Tile transitions of one warpgroup's rows (with idx), or None: the median gap from the end of a tile's
+    last recorded block to the start of the next tile's first, the median period inside a tile, their ratio."""
+    if not rows or rows[0][-1] is None:
+        return None
+    end = lambda r: r[1] + sum(r[2:2 + len(PHASES)])
+    gaps, periods = [], []
+    for a, b in zip(rows, rows[1:]):
+        if a[0] + 1 != b[0] or b[1] <= a[1]:
+            continue  # not consecutive records (the 64 recorded slots ran out), or unset
+        if b[-1] > a[-1]:
+            periods.append(b[1] - a[1])
+        else:
+            gaps.append(b[1] - end(a))
+    if not gaps or not periods:
+        return None
+    gap, period = statistics.median(gaps), statistics.median(periods)
+    return (f"{len(gaps)} tile transitions, median {gap:.0f} cycles from a tile's last main-loop block to the "
+            f"next tile's first; period inside a tile {period:.0f}; ratio {gap / period:.2f}")
 
 
 def summarize(runs):
@@ -46,6 +72,10 @@ def summarize(runs):
             period = statistics.median(b[1] - a[1] for a, b in zip(steady, steady[1:]))
             cells = "  ".join(f"{n} {statistics.median(r[2 + i] for r in steady):6.0f}" for i, n in enumerate(PHASES))
             out.append(f"  wg {g}: period {period:6.0f}  {cells}")
+        for g, rows in sorted(wgs.items()):
+            line = transitions(rows)
+            if line:
+                out.append(f"  wg {g}: {line}")
         if 0 in wgs and 1 in wgs:
             a = {r[0]: r for r in wgs[0]}
             b = {r[0]: r for r in wgs[1]}

@@ -721,6 +721,29 @@ def test_fa3_timeline_takes_medians_over_the_steady_blocks_only():
     assert len(out) == 6  # no lag line without a second warpgroup
 
 
+def test_fa3_timeline_reports_tile_transitions_where_lines_carry_the_block_index():
+    import fa3_timeline
+    # Tiles of blocks idx 1..7: a period of 2000 inside a tile; from the end of a tile's last block (its start
+    # plus 600 cycles of phases) to the next tile's first, 5400 cycles; one pair across a gap in the records
+    # (blk 40 -> 42, where tile 5's last block is missing) is left out: 7 of the 8 transitions count.
+    lines, at = ["== base d 128"], 0
+    blk = 0
+    for tile in range(9):
+        for idx in range(1, 8):
+            if blk != 41:
+                lines.append(f"tl wg 0 blk {blk:2d} at {at:9d} wait_kv_turn 100 issue 100 wait_qk 100 softmax    100 "
+                             f"wait_pv 100 pack 100 idx {idx:3d}")
+            blk += 1
+            at += 2000 if idx < 7 else 6000
+    out = fa3_timeline.summarize(fa3_timeline.parse(lines))
+    assert out[1].startswith("  wg 0: period   2000")
+    assert out[2] == ("  wg 0: 7 tile transitions, median 5400 cycles from a tile's last main-loop block to the next "
+                      "tile's first; period inside a tile 2000; ratio 2.70")
+    # Lines without the index (the earlier probe): no transition line.
+    plain = fa3_timeline.summarize(fa3_timeline.parse([l.rsplit(" idx", 1)[0] for l in lines]))
+    assert len(plain) == 2
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_fa3_timeline_runs_each_tree_at_each_head_dim(tmp_path):
     trees = []
@@ -734,6 +757,7 @@ def test_fa3_timeline_runs_each_tree_at_each_head_dim(tmp_path):
     assert run.returncode == 0, run.stderr
     args = (tmp_path / "a.args").read_text().splitlines()
     assert len(args) == 2 and "--head-dim 128 --heads 16 " in args[0] and "--head-dim 64 --heads 32 " in args[1]
+    assert "--batch 2 --seqlen-q 8192 " in args[0]
     summary = (out / "timeline-summary.txt").read_text().splitlines()
     assert [s for s in summary if not s.startswith(" ")] == [
         f"{t} d {d}: medians over blocks 8..55 (cycles)" for d in (128, 64) for t in ("a", "b")]
