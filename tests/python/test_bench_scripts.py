@@ -742,6 +742,18 @@ def test_fa3_timeline_reports_tile_transitions_where_lines_carry_the_block_index
     # Lines without the index (the earlier probe): no transition line.
     plain = fa3_timeline.summarize(fa3_timeline.parse([l.rsplit(" idx", 1)[0] for l in lines]))
     assert len(plain) == 2
+    # Tile lines: tile 0 (no epilogue before it) and unset records are left out of the medians; a drain ends
+    # 300 cycles before the next tile's first block.
+    tile_lines = []
+    for k in range(6):
+        first = 10000 * k
+        epilogue = 9999 if k == 0 else (700 if k % 2 else 900)
+        tile_lines.append(f"tt wg 0 tile {k:2d} first {first:9d} issue 50 epilogue {epilogue:6d} wait_qk 400 "
+                          f"softmax   1100 pack    80 drain_at {first + 9000:9d} drain    700")
+    tile_lines.append("tt wg 0 tile  6 first         0 issue 0 epilogue 0 wait_qk 0 softmax 0 pack 0 drain_at 0 drain 0")
+    out = fa3_timeline.summarize(fa3_timeline.parse(lines + tile_lines))
+    assert out[3] == ("  wg 0: first blocks of 5 tiles: issue     50  epilogue    700  wait_qk    400  softmax   1100  "
+                      "pack     80  drain    700; drain end to the next first block 300")
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
