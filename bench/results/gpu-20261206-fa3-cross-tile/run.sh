@@ -29,7 +29,7 @@ if [ -x .ab/tl/build-ab/flashattn ]; then
   echo "timeline done after $(( $(date +%s) - t0 )) s"
 fi
 FA3_AB_COMMIT='base = e8ed33b; cross = e8ed33b + cross-tile.patch' \
-  FA3_PROBE_SHAPES="128:1024:full 128:2048:full 128:8192:full 128:1024:causal 64:1024:causal 64:512:causal" \
+  FA3_PROBE_SHAPES="128:512:full 128:1024:full 128:2048:full 128:8192:full 128:1024:causal 64:1024:causal 64:512:causal" \
   FA3_PROBE_ROUNDS=${ROUNDS:-6} FA3_PROBE_UNTIL=$(( t0 + ${LIMIT:-550} )) \
   bash scripts/fa3_probe.sh $OUT/probe.txt base=.ab/base cross=.ab/cross
 tar -czf $OUT/logs.tar.gz -C $OUT logs && rm -rf $OUT/logs
