@@ -61,11 +61,12 @@ struct Fa3Config {
   // A main-loop block's softmax first tries the exponentials against the rows' stored max, with no block max
   // (softmax_rows_stale); a warp for which that does not hold waits for P V, recomputes its scores from shared
   // memory (Consumer::recompute_scores) and runs the full softmax. On every kernel with intra-warpgroup
-  // overlap up to head dim 128; in the masked blocks only on two consumers (Consumer::block: the
+  // overlap up to head dim 128; in the masked blocks only on two consumers (kStaleMaxMasked: the
   // three-consumer head-dim-64 kernels, at 160 registers a thread, then spill). Head dim 256 keeps the full
   // softmax: +0.3% there, against +7.4% at head dim 64 and +5.5% at 128 (N 8192, H100,
   // bench/results/h100-20261206-fa3-stale-wide/).
   static constexpr bool kStaleMax = kIntraOverlap && kHeadDim <= 128;
+  static constexpr bool kStaleMaxMasked = kStaleMax && kConsumerWarpgroups == 2;  // in the masked blocks too
   // Where its slow path runs: after the wait for P V, both arms waiting (P's registers free: what keeps the
   // three-consumer kernels spill-free; +2.0% at head dim 128 N 8192 against the slow path ahead of the wait,
   // +8.1% at head dim 64 N 8192 on three consumers with the stored max), or ahead of it on two consumers at

@@ -511,6 +511,17 @@ struct Consumer {
   __device__ void release_v(int iter) {
     if (tid == 0) sm90::mbar_arrive(&sm.v_empty[iter % Cfg::kStages]);
   }
+  // Block `idx`'s K stage (ring position `iter`) is done with: released, and refilled by the loader thread
+  // without a producer warpgroup.
+  __device__ void free_k(const TileWork& w, int idx, int iter) {
+    release_k(iter);
+    refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+  }
+  // The warpgroup's P V has completed: O is settled and P's registers are free.
+  __device__ static void wait_pv(ConsumerState<Cfg>& st) {
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(st.o);
+  }
 
   // This warp's 16 rows of the block's raw scores S = Q K^T again, into st.s, with mma.sync from the Q and K
   // tiles in shared memory (the slow path after softmax_rows_stale): a warp's part of an m64nN wgmma
@@ -549,6 +560,16 @@ struct Consumer {
         for (int r = 0; r < 4; ++r) st.s[4 * j + r] = c[r];
       }
     }
+  }
+
+  // The slow path of the stored-max softmax (P V waited for): the warp's scores again, softcap and mask, and
+  // the full softmax. Returns whether any row of the warp moved its max (factor: the O rescale).
+  template <bool kMasked>
+  __device__ bool softmax_recomputed(ConsumerState<Cfg>& st, const SoftmaxParams& sp, int key0, int iter,
+                                     float (&factor)[2]) const {
+    recompute_scores(st, iter);
+    prepare_scores<kMasked>(st, sp, key0, quad());
+    return softmax_rows(st, sp, factor);
   }
 
   __device__ void qk(ConsumerState<Cfg>& st, int iter) {
@@ -609,8 +630,7 @@ struct Consumer {
   __device__ void qk_complete(ConsumerState<Cfg>& st, const TileWork& w, int idx, int iter) {
     sm90::wgmma_wait<0>();
     sm90::fence_registers(st.s);
-    release_k(iter);
-    refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+    free_k(w, idx, iter);
   }
 
   __device__ void pv_now(ConsumerState<Cfg>& st, const TileWork& w, int idx, int iter) {
@@ -618,8 +638,7 @@ struct Consumer {
     take_turn<Cfg>(wg);
     pv(st, iter);
     pass_turn<Cfg>(wg);
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(st.o);
+    wait_pv(st);
     release_v(iter);
     refill_v(w, idx + Cfg::kStages, iter + Cfg::kStages);
   }
@@ -638,43 +657,30 @@ struct Consumer {
       pass_turn<Cfg>(wg);
       sm90::wgmma_wait<1>();  // S of this block is ready; P V of the previous one may still run
       sm90::fence_registers(st.s);
-      // The stored-max softmax in the masked blocks too only on two consumers (see Cfg::kStaleMax).
-      constexpr bool kStale = Cfg::kStaleMax && (!kMasked || Cfg::kConsumerWarpgroups == 2);
-      if constexpr (!kStale) {  // the K stage is done with (with kStaleMax: after the softmax)
-        release_k(iter);
-        refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
-      }
+      constexpr bool kStale = kMasked ? Cfg::kStaleMaxMasked : Cfg::kStaleMax;  // the stored-max softmax
+      if constexpr (!kStale) free_k(w, idx, iter);  // the K stage is done with (with kStaleMax: after the softmax)
       prepare_scores<kMasked>(st, sp, key0, quad());
       if constexpr (kStale && Cfg::kStaleSlowAfterPv) {
         // Both arms wait for P V (see below); the slow one then recomputes the scores, with P's registers
         // free and O no longer in flight, and runs the full softmax with its rescale. (Warp-uniform, as the
         // rescale branch below: see the wait's note there.)
         if (softmax_rows_stale(st, sp)) {
-          sm90::wgmma_wait<0>();
-          sm90::fence_registers(st.o);
+          wait_pv(st);
         } else {
-          sm90::wgmma_wait<0>();
-          sm90::fence_registers(st.o);
-          recompute_scores(st, iter);
-          prepare_scores<kMasked>(st, sp, key0, quad());
-          if (softmax_rows(st, sp, factor)) rescale_o(st, factor);
+          wait_pv(st);
+          if (softmax_recomputed<kMasked>(st, sp, key0, iter, factor)) rescale_o(st, factor);
         }
-        release_k(iter);  // after the softmax: its slow path reads the stage again
-        refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+        free_k(w, idx, iter);  // after the softmax: its slow path reads the stage again
       } else {
         bool moved = false;
         if constexpr (kStale) {
           // The slow path ahead of the P V wait below: it waits for P V itself, which frees P's registers
           // for the recomputation.
           if (!softmax_rows_stale(st, sp)) {
-            sm90::wgmma_wait<0>();
-            sm90::fence_registers(st.o);
-            recompute_scores(st, iter);
-            prepare_scores<kMasked>(st, sp, key0, quad());
-            moved = softmax_rows(st, sp, factor);
+            wait_pv(st);
+            moved = softmax_recomputed<kMasked>(st, sp, key0, iter, factor);
           }
-          release_k(iter);  // after the softmax: its slow path reads the stage again
-          refill_k(w, idx + Cfg::kStages, iter + Cfg::kStages);
+          free_k(w, idx, iter);  // after the softmax: its slow path reads the stage again
         } else {
           moved = softmax_rows(st, sp, factor);
         }
@@ -685,12 +691,10 @@ struct Consumer {
         // (Its condition is a warp vote: the wait is warp-uniform, not warpgroup-uniform as PTX asks of
         // wgmma.wait_group; in SASS it is WARPGROUP.DEPBAR, a wait of the executing warp.)
         if (moved) {
-          sm90::wgmma_wait<0>();
-          sm90::fence_registers(st.o);
+          wait_pv(st);
           rescale_o(st, factor);
         } else {
-          sm90::wgmma_wait<0>();
-          sm90::fence_registers(st.o);
+          wait_pv(st);
         }
       }
       release_v(iter - 1);
