@@ -51,6 +51,11 @@ def parse(lines):
     return runs
 
 
+def median_cells(rows, names, first):
+    """'name median' for each of names, the columns first.. of rows."""
+    return "  ".join(f"{n} {statistics.median(r[first + i] for r in rows):6.0f}" for i, n in enumerate(names))
+
+
 def transitions(rows):
     """Tile transitions of one warpgroup's rows (with idx), or None: the median gap from the end of a tile's
     last recorded block to the start of the next tile's first, the median period inside a tile, their ratio."""
@@ -78,8 +83,7 @@ def tile_phases(rows):
     rows = [r for r in rows if r[0] >= 1 and r[1] > 0 and r[-2] > 0]
     if not rows:
         return None
-    cells = "  ".join(f"{n} {statistics.median(r[2 + i] for r in rows):6.0f}" for i, n in enumerate(TILE_PHASES))
-    line = f"first blocks of {len(rows)} tiles: {cells}  drain {statistics.median(r[-1] for r in rows):6.0f}"
+    line = f"first blocks of {len(rows)} tiles: {median_cells(rows, TILE_PHASES, 2)}  drain {statistics.median(r[-1] for r in rows):6.0f}"
     by_tile = {r[0]: r for r in rows}
     handover = [by_tile[k + 1][1] - (r[-2] + r[-1]) for k, r in by_tile.items() if k + 1 in by_tile]
     if handover:
@@ -98,8 +102,7 @@ def summarize(runs):
             if len(steady) < 2:
                 continue
             period = statistics.median(b[1] - a[1] for a, b in zip(steady, steady[1:]))
-            cells = "  ".join(f"{n} {statistics.median(r[2 + i] for r in steady):6.0f}" for i, n in enumerate(PHASES))
-            out.append(f"  wg {g}: period {period:6.0f}  {cells}")
+            out.append(f"  wg {g}: period {period:6.0f}  {median_cells(steady, PHASES, 2)}")
         for g, rows in sorted(wgs.items()):
             line = transitions(rows)
             if line:
