@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Prepared call (~450 s): cross-tile.patch against the commit it is made on, and, where the tree is there, the
-# transition timeline of ../gpu-20261206-fa3-tile-transitions/ in the same call. Trees made beforehand and
+# transition timeline of ../h100-20261206-fa3-tile-transitions/ in the same call. Trees made beforehand and
 # carried (.ab):
-#   AB_COMMIT=e8ed33b bash scripts/ab_trees.sh .ab base cross=bench/results/gpu-20261206-fa3-cross-tile/cross-tile.patch \
-#     tl=bench/results/gpu-20261206-fa3-tile-transitions/timeline-transitions.patch
-# then on the GPU machine: bash bench/results/gpu-20261206-fa3-cross-tile/run.sh $OUT
+#   AB_COMMIT=e8ed33b bash scripts/ab_trees.sh .ab base cross=bench/results/h100-20261206-fa3-cross-tile/cross-tile.patch \
+#     tl=bench/results/h100-20261206-fa3-tile-transitions/timeline-transitions.patch
+# then on the GPU machine: bash bench/results/h100-20261206-fa3-cross-tile/run.sh $OUT
 # Writes gpu.txt, console (stdout), probe.txt, timeline-summary.txt and logs.tar.gz into $OUT.
 set -uo pipefail
 OUT=$1

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepared call (~150 s): the fa3 per-block timeline with tile transitions at d 128 over N 1024,
 # 2048 and 8192. Tree made beforehand and carried (.ab):
-#   AB_COMMIT=304b75e bash scripts/ab_trees.sh .ab tl=bench/results/gpu-20261206-fa3-tile-transitions/timeline-transitions.patch
-# then on the GPU machine: bash bench/results/gpu-20261206-fa3-tile-transitions/run.sh $OUT
+#   AB_COMMIT=304b75e bash scripts/ab_trees.sh .ab tl=bench/results/h100-20261206-fa3-tile-transitions/timeline-transitions.patch
+# then on the GPU machine: bash bench/results/h100-20261206-fa3-tile-transitions/run.sh $OUT
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
