@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Prepared call (~560 s): ewait.patch against its commit, two timing-only bounds on top of it (nostore,
 # noepi), and the gap stamps on the tile-transition timeline. Trees made beforehand and carried (.ab):
-#   bash scripts/ab_trees.sh .ab base ewait=bench/results/gpu-20261206-fa3-epilogue/ewait.patch \
-#     nostore=bench/results/gpu-20261206-fa3-epilogue/ewait.patch+bench/results/gpu-20261206-fa3-epilogue/nostore.patch \
-#     noepi=bench/results/gpu-20261206-fa3-epilogue/ewait.patch+bench/results/gpu-20261206-fa3-epilogue/noepi.patch
+#   bash scripts/ab_trees.sh .ab base ewait=bench/results/h100-20261206-fa3-epilogue/ewait.patch \
+#     nostore=bench/results/h100-20261206-fa3-epilogue/ewait.patch+bench/results/h100-20261206-fa3-epilogue/nostore.patch \
+#     noepi=bench/results/h100-20261206-fa3-epilogue/ewait.patch+bench/results/h100-20261206-fa3-epilogue/noepi.patch
 #   AB_COMMIT=e8ed33b bash scripts/ab_trees.sh .ab \
-#     tl2=bench/results/h100-20261206-fa3-tile-transitions/timeline-transitions.patch+bench/results/gpu-20261206-fa3-epilogue/gap-stamps.patch
-# then on the GPU machine: bash bench/results/gpu-20261206-fa3-epilogue/run.sh $OUT
+#     tl2=bench/results/h100-20261206-fa3-tile-transitions/timeline-transitions.patch+bench/results/h100-20261206-fa3-epilogue/gap-stamps.patch
+# then on the GPU machine: bash bench/results/h100-20261206-fa3-epilogue/run.sh $OUT
 # Writes gpu.txt, probe.txt, timeline.txt and logs.tar.gz into $OUT.
 set -uo pipefail
 OUT=$1
