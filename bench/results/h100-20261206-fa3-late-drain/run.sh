@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepared call (~250 s): late-drain.patch against its commit, fa3 GPU tests and racecheck on it, then
 # scripts/fa3_probe.sh rounds until LIMIT. Trees made beforehand and carried (.ab):
-#   bash scripts/ab_trees.sh .ab base late=bench/results/gpu-20261206-fa3-late-drain/late-drain.patch
-# then on the GPU machine: bash bench/results/gpu-20261206-fa3-late-drain/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base late=bench/results/h100-20261206-fa3-late-drain/late-drain.patch
+# then on the GPU machine: bash bench/results/h100-20261206-fa3-late-drain/run.sh $OUT
 # Writes gpu.txt, probe.txt and logs.tar.gz into $OUT.
 set -uo pipefail
 OUT=$1
