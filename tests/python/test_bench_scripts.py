@@ -539,6 +539,37 @@ def test_fa3_probe_rotates_the_trees_and_reports_medians_against_the_first(tmp_p
     assert "N  4096 full" in medians[1]
 
 
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="no bash or tar")
+def test_fa3_candidate_tests_the_candidate_then_probes_every_tree(tmp_path):
+    base, cand, bound = _fake_tree(tmp_path, "a", 200), _fake_tree(tmp_path, "b", 220), _fake_tree(tmp_path, "c", 250)
+    binary = cand / "build-ab" / "tests" / "flashattn_tests_gpu"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\necho \"$*\" >> %s\necho '[  PASSED  ] 3 tests.'\n" % (tmp_path / "test.args"))
+    binary.chmod(0o755)
+    tools = tmp_path / "bin"  # a stand-in compute-sanitizer that runs the binary it is given
+    tools.mkdir()
+    sanitizer = tools / "compute-sanitizer"
+    sanitizer.write_text("#!/bin/sh\nshift 4\n\"$@\" >/dev/null\necho '========= ERROR SUMMARY: 0 errors'\n")
+    sanitizer.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}", FA3_CANDIDATE_BUILD="0", FA3_PROBE_ROUNDS="2",
+               FA3_PROBE_SHAPES="128:1024:full", FA3_CANDIDATE_TESTS="Fa3Forward.*", FA3_AB_COMMIT="base = x; new = x + p")
+    run = subprocess.run(["bash", os.path.join(SCRIPTS, "fa3_candidate.sh"), str(out), f"base={base}",
+                          f"new={cand}", f"bound={bound}"], check=True, capture_output=True, text=True, env=env)
+    checks = (out / "checks.txt").read_text()
+    assert checks.startswith("trees: base = x; new = x + p\n")
+    assert "tests new rc 0: [  PASSED  ] 3 tests." in checks
+    assert "memcheck rc 0: ========= ERROR SUMMARY: 0 errors" in checks and "racecheck rc 0:" in checks
+    assert [line for line in checks.splitlines() if line.startswith("== ")] == ["== base", "== new", "== bound"]
+    # The candidate's tests ran with the filter given, once alone and once under each sanitizer tool.
+    assert (tmp_path / "test.args").read_text().splitlines() == ["--gtest_filter=Fa3Forward.*"] + \
+        ["--gtest_filter=Fa3Forward.SmallShapes"] * 2
+    medians = [line for line in (out / "probe.txt").read_text().splitlines() if line.startswith("median ")]
+    assert len(medians) == 1 and "new 220.0 (2, +10.0%)" in medians[0] and "bound 250.0 (2, +25.0%)" in medians[0]
+    assert (out / "logs.tar.gz").is_file() and not (out / "logs").exists()
+    assert "done after" in run.stdout
+
+
 def _fake_decode_tree(root, name, us):
     # Logs its arguments, then prints a run's JSON line as `flashattn run --json` does.
     return _fake_cli(root, name, "echo \"$*\" >> %s\n"

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# One device call that tries a change to the fa3 kernels against its base: the trees (made by
+# scripts/ab_trees.sh) are built side by side (scripts/ab_build.sh; the candidate with its GPU tests, the
+# others with the CLI only); the candidate's fa3 GPU tests run, then memcheck and racecheck on
+# Fa3Forward.SmallShapes; each tree's ptxas report and SASS are summed up (spills, injected or serialized
+# wgmma waits, scripts/sass_overlap.sh, TMA stores); then scripts/fa3_probe.sh rounds over every tree until
+# the time limit. Trees after the candidate are timed only (bounds whose output may be wrong on purpose).
+#
+# Usage: bash scripts/fa3_candidate.sh OUT BASE=TREE CANDIDATE=TREE [NAME=TREE ...]
+# Writes OUT/gpu.txt, OUT/checks.txt (tests, sanitizers, build and SASS summary), OUT/probe.txt (every
+# probe run and the medians against BASE) and OUT/logs.tar.gz (builds, test and sanitizer logs); prints
+# each step's result as it goes.
+# Environment: FA3_PROBE_SHAPES and FA3_PROBE_ROUNDS (default 6) as scripts/fa3_probe.sh takes them,
+# FA3_CANDIDATE_LIMIT (seconds from the start after which no probe run starts; default 470),
+# FA3_CANDIDATE_TESTS (gtest filter, default 'Fa3*:*/fa3'), FA3_CANDIDATE_BUILD=0 (the trees are built
+# already), FA3_AB_COMMIT (what the trees are, recorded in checks.txt).
+set -uo pipefail
+
+[ $# -ge 3 ] || { echo "usage: $0 OUT BASE=TREE CANDIDATE=TREE [NAME=TREE ...]" >&2; exit 2; }
+OUT=$1
+shift
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+t0=$(date +%s)
+limit=${FA3_CANDIDATE_LIMIT:-470}
+names=() trees=()
+for arg in "$@"; do
+  names+=("${arg%%=*}")
+  trees+=("${arg#*=}")
+done
+cand=${trees[1]}
+mkdir -p "$OUT/logs"
+elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } |
+  tee "$OUT/gpu.txt"
+
+if [ "${FA3_CANDIDATE_BUILD:-1}" != 0 ]; then
+  others=("${trees[0]}" "${trees[@]:2}")
+  bash "$HERE/ab_build.sh" "$OUT/logs" "flashattn_cli flashattn_tests_gpu" "$cand" &
+  bash "$HERE/ab_build.sh" "$OUT/logs" flashattn_cli "${others[@]}"
+  wait
+fi
+
+checks=$OUT/checks.txt
+echo "trees: ${FA3_AB_COMMIT:-$*}" >"$checks"
+tests=$cand/build-ab/tests/flashattn_tests_gpu
+if [ -x "$tests" ]; then
+  timeout 200 "$tests" --gtest_filter="${FA3_CANDIDATE_TESTS:-Fa3*:*/fa3}" >"$OUT/logs/tests.log" 2>&1
+  rc=$?
+  echo "tests ${names[1]} rc $rc: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/logs/tests.log" | tr '\n' ' ')" |
+    tee -a "$checks"
+  grep -E '^\[  FAILED  \]' "$OUT/logs/tests.log" | head -20 | tee -a "$checks"
+  for tool in memcheck racecheck; do
+    if command -v compute-sanitizer >/dev/null; then
+      timeout 60 compute-sanitizer --tool $tool --error-exitcode 86 "$tests" --gtest_filter=Fa3Forward.SmallShapes \
+        >"$OUT/logs/$tool.log" 2>&1
+      echo "$tool rc $?: $(grep -E 'SUMMARY' "$OUT/logs/$tool.log")" | tee -a "$checks"
+    else
+      echo "$tool: no compute-sanitizer" | tee -a "$checks"
+    fi
+  done
+else
+  echo "tests ${names[1]}: no test binary at $tests" | tee -a "$checks"
+fi
+echo "checked after $(elapsed)"
+
+# Per tree: what ptxas reported (its -v lines in the build log) and what the SASS of the fa3 objects holds.
+for i in "${!trees[@]}"; do
+  log=$OUT/logs/build-$(basename "${trees[$i]}").log
+  objs=("${trees[$i]}"/build-ab/CMakeFiles/flashattn.dir/src/cuda/sm90/fa3_fwd_hd*.cu.o)
+  {
+    echo "== ${names[$i]}"
+    if [ -f "$log" ]; then
+      echo "builds spilling: $(grep -E 'bytes spill' "$log" | grep -vc ' 0 bytes spill stores, 0 bytes spill loads')" \
+        "C7517: $(grep -c C7517 "$log") C7518: $(grep -c C7518 "$log")"
+    fi
+    if command -v cuobjdump >/dev/null && [ -f "${objs[0]}" ]; then
+      cuobjdump -sass "${objs[@]}" >"$OUT/sass.tmp" 2>/dev/null
+      echo "overlap (good bad: builds)"
+      bash "$HERE/sass_overlap.sh" "$OUT/sass.tmp" | awk '{print "  " $1, $2}' | sort | uniq -c
+      echo "HGMMA $(grep -c HGMMA "$OUT/sass.tmp") UTMASTG $(grep -c UTMASTG "$OUT/sass.tmp")"
+      rm -f "$OUT/sass.tmp"
+    else
+      echo "no SASS (cuobjdump or the fa3 objects missing)"
+    fi
+  } >>"$checks"
+done
+
+probe_args=()
+for i in "${!trees[@]}"; do probe_args+=("${names[$i]}=${trees[$i]}"); done
+FA3_PROBE_UNTIL=$(( t0 + limit )) bash "$HERE/fa3_probe.sh" "$OUT/probe.txt" "${probe_args[@]}"
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs"
+echo "done after $(elapsed)"
