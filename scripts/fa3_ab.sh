@@ -103,13 +103,7 @@ for f in "$RAW"/build-*.log; do
   grep -qE "error|FAILED" "$f" && { say "build log $(basename "$f") shows errors"; grep -E "error|FAILED" "$f" | head -n 20 >>"$LOG"; }
 done
 for i in "${!names[@]}"; do
-  spills=$(grep -c "[1-9][0-9]* bytes spill stores" "$RAW/build-${names[$i]}.log")
-  # C7517: ptxas added a wgmma wait of its own before a read of accumulator registers (it serializes
-  # whatever was meant to run under the wgmma in flight there).
-  injected=$(grep -c "(C7517)" "$RAW/build-${names[$i]}.log")
-  # C7510-C7516, C7518 and others: ptxas serialized a kernel's wgmma (each message says why).
-  serialized=$(grep -c "wgmma.mma_async instructions are serialized" "$RAW/build-${names[$i]}.log")
-  say "${names[$i]}: $(grep -c 'Compiling entry function' "$RAW/build-${names[$i]}.log") kernel builds, $spills with spill stores, $injected injected wgmma waits (ptxas C7517), $serialized wgmma serializations"
+  say "${names[$i]}: $(bash "$ROOT/scripts/ptxas_summary.sh" "$RAW/build-${names[$i]}.log")"
   cat "$RAW/build-${names[$i]}.log" >>"$LOG"
   rm -f "$RAW/build-${names[$i]}.log"
 done

@@ -63,24 +63,22 @@ else
 fi
 echo "checked after $(elapsed)"
 
-# Per tree: what ptxas reported (its -v lines in the build log) and what the SASS of the fa3 objects holds.
+# Per tree: what ptxas reported (scripts/ptxas_summary.sh on its build log) and what the SASS of its fa3
+# kernels holds (scripts/sass_overlap.sh; TMA stores).
 for i in "${!trees[@]}"; do
   log=$OUT/logs/build-$(basename "${trees[$i]}").log
-  objs=("${trees[$i]}"/build-ab/CMakeFiles/flashattn.dir/src/cuda/sm90/fa3_fwd_hd*.cu.o)
+  cli=${trees[$i]}/build-ab/flashattn
   {
     echo "== ${names[$i]}"
-    if [ -f "$log" ]; then
-      echo "builds spilling: $(grep -E 'bytes spill' "$log" | grep -vc ' 0 bytes spill stores, 0 bytes spill loads')" \
-        "C7517: $(grep -c C7517 "$log") C7518: $(grep -c C7518 "$log")"
-    fi
-    if command -v cuobjdump >/dev/null && [ -f "${objs[0]}" ]; then
-      cuobjdump -sass "${objs[@]}" >"$OUT/sass.tmp" 2>/dev/null
+    [ -f "$log" ] && bash "$HERE/ptxas_summary.sh" "$log"
+    if command -v cuobjdump >/dev/null && [ -x "$cli" ]; then
+      cuobjdump --dump-sass "$cli" >"$OUT/sass.tmp" 2>/dev/null
       echo "overlap (good bad: builds)"
       bash "$HERE/sass_overlap.sh" "$OUT/sass.tmp" | awk '{print "  " $1, $2}' | sort | uniq -c
-      echo "HGMMA $(grep -c HGMMA "$OUT/sass.tmp") UTMASTG $(grep -c UTMASTG "$OUT/sass.tmp")"
+      echo "UTMASTG $(grep -c UTMASTG "$OUT/sass.tmp")"
       rm -f "$OUT/sass.tmp"
     else
-      echo "no SASS (cuobjdump or the fa3 objects missing)"
+      echo "no SASS (cuobjdump or the CLI missing)"
     fi
   } >>"$checks"
 done

@@ -83,7 +83,8 @@ def tile_phases(rows):
     rows = [r for r in rows if r[0] >= 1 and r[1] > 0 and r[-2] > 0]
     if not rows:
         return None
-    line = f"first blocks of {len(rows)} tiles: {median_cells(rows, TILE_PHASES, 2)}  drain {statistics.median(r[-1] for r in rows):6.0f}"
+    drain = statistics.median(r[-1] for r in rows)
+    line = f"first blocks of {len(rows)} tiles: {median_cells(rows, TILE_PHASES, 2)}  drain {drain:6.0f}"
     by_tile = {r[0]: r for r in rows}
     handover = [by_tile[k + 1][1] - (r[-2] + r[-1]) for k, r in by_tile.items() if k + 1 in by_tile]
     if handover:

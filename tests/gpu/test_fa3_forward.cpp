@@ -364,7 +364,8 @@ TEST(Fa3Forward, GqaPackedTiles) {
 // row count, so there the steps run over the packed rows). A main-loop block whose exponentials against the
 // stored max leave a thread's part of a row sum above 2^8 recomputes its scores from shared memory
 // (Fa3Config::kStaleMax); here most blocks do. Each kernel form with that path (head dims up to 128, two and
-// three consumers, partial columns, GQA-packed, causal) and head dim 256 without it, against the reference: a missing or wrong recomputation leaves inf, NaN or wrong rows.
+// three consumers, partial columns, GQA-packed, causal) and head dim 256 without it, against the reference:
+// a missing or wrong recomputation leaves inf, NaN or wrong rows.
 void scale_keys_towards_the_start(fat::HostCase* h) {
   const flashattn::TensorView& k = h->k.view;  // [batch, rows, heads, d] or packed [rows, heads, d]
   const bool packed = k.ndim == 3;

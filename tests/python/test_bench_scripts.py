@@ -570,6 +570,23 @@ def test_fa3_candidate_tests_the_candidate_then_probes_every_tree(tmp_path):
     assert "done after" in run.stdout
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_ptxas_summary_counts_builds_spills_injected_waits_and_serializations(tmp_path):
+    log = tmp_path / "build.log"
+    log.write_text(
+        "ptxas info    : Compiling entry function 'a' for 'sm_90a'\n"
+        "ptxas info    : Function properties for a\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : (C7517) warpgroup.wait is injected in around line 5 by compiler in function 'a'\n"
+        "ptxas info    : Compiling entry function 'b' for 'sm_90a'\n"
+        "    104 bytes stack frame, 184 bytes spill stores, 328 bytes spill loads\n"
+        "ptxas info    : (C7518) Potential Performance Loss: wgmma.mma_async instructions are serialized due to x\n")
+    out = subprocess.run(["bash", os.path.join(SCRIPTS, "ptxas_summary.sh"), str(log)], check=True,
+                         capture_output=True, text=True).stdout
+    assert out.strip() == ("2 kernel builds, 1 with spill stores, 1 injected wgmma waits (ptxas C7517), "
+                           "1 wgmma serializations")
+
+
 def _fake_decode_tree(root, name, us):
     # Logs its arguments, then prints a run's JSON line as `flashattn run --json` does.
     return _fake_cli(root, name, "echo \"$*\" >> %s\n"
