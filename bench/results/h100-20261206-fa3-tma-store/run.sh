@@ -2,8 +2,8 @@
 # Prepared call (~480 s): tma-store.patch against its commit (scripts/fa3_candidate.sh: both trees built,
 # the candidate's fa3 GPU tests, memcheck and racecheck, the ptxas and SASS summary, then probe rounds until
 # 470 s). Trees made beforehand and carried (.ab):
-#   bash scripts/ab_trees.sh .ab base tma=bench/results/gpu-20261206-fa3-tma-store/tma-store.patch
-# then on the GPU machine: AB_BASE=<the trees' commit> bash bench/results/gpu-20261206-fa3-tma-store/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base tma=bench/results/h100-20261206-fa3-tma-store/tma-store.patch
+# then on the GPU machine: AB_BASE=<the trees' commit> bash bench/results/h100-20261206-fa3-tma-store/run.sh $OUT
 # Writes gpu.txt, checks.txt, probe.txt and logs.tar.gz into $OUT.
 set -uo pipefail
 FA3_AB_COMMIT="base = ${AB_BASE:-see index.json}; tma = base + tma-store.patch" \
