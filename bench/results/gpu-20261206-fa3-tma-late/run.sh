@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Prepared call (~480 s): tma-late.patch against its commit (scripts/fa3_candidate.sh: three trees built,
-# the fa3 GPU tests of wg (late: the probe's checks), memcheck and racecheck, the ptxas and SASS summary, then probe rounds until
-# 470 s). Trees made beforehand and carried (.ab):
+# Prepared call (~480 s): tma-late.patch and tma-wg.patch against their commit (scripts/fa3_candidate.sh:
+# three trees built, wg's fa3 GPU tests, memcheck and racecheck (late: the probe's checks), the ptxas and
+# SASS summary, then probe rounds until 470 s). Trees made beforehand and carried (.ab):
 #   bash scripts/ab_trees.sh .ab base late=bench/results/gpu-20261206-fa3-tma-late/tma-late.patch \
 #     wg=bench/results/gpu-20261206-fa3-tma-late/tma-wg.patch
 # then on the GPU machine: AB_BASE=<the trees' commit> bash bench/results/gpu-20261206-fa3-tma-late/run.sh $OUT
