@@ -4,7 +4,8 @@
 # others with the CLI only); the candidate's fa3 GPU tests run, then memcheck and racecheck on
 # Fa3Forward.SmallShapes; each tree's ptxas report and SASS are summed up (spills, injected or serialized
 # wgmma waits, scripts/sass_overlap.sh, TMA stores); then scripts/fa3_probe.sh rounds over every tree until
-# the time limit. Trees after the candidate are timed only (bounds whose output may be wrong on purpose).
+# the time limit. Trees after the candidate are timed only (bounds whose output may be wrong on purpose),
+# unless FA3_CANDIDATE_TESTED names more than one tested tree.
 #
 # Usage: bash scripts/fa3_candidate.sh OUT BASE=TREE CANDIDATE=TREE [NAME=TREE ...]
 # Writes OUT/gpu.txt, OUT/checks.txt (tests, sanitizers, build and SASS summary), OUT/probe.txt (every
@@ -12,8 +13,9 @@
 # each step's result as it goes.
 # Environment: FA3_PROBE_SHAPES and FA3_PROBE_ROUNDS (default 6) as scripts/fa3_probe.sh takes them,
 # FA3_CANDIDATE_LIMIT (seconds from the start after which no probe run starts; default 470),
-# FA3_CANDIDATE_TESTS (gtest filter, default 'Fa3*:*/fa3'), FA3_CANDIDATE_BUILD=0 (the trees are built
-# already), FA3_AB_COMMIT (what the trees are, recorded in checks.txt).
+# FA3_CANDIDATE_TESTS (gtest filter, default 'Fa3*:*/fa3'), FA3_CANDIDATE_TESTED (how many trees from the
+# candidate on get the tests and sanitizers, default 1; with more, their logs carry the tree's name),
+# FA3_CANDIDATE_BUILD=0 (the trees are built already), FA3_AB_COMMIT (what the trees are, in checks.txt).
 set -uo pipefail
 
 [ $# -ge 3 ] || { echo "usage: $0 OUT BASE=TREE CANDIDATE=TREE [NAME=TREE ...]" >&2; exit 2; }
@@ -27,40 +29,46 @@ for arg in "$@"; do
   names+=("${arg%%=*}")
   trees+=("${arg#*=}")
 done
-cand=${trees[1]}
+# The trees that get the GPU tests: the candidate and, with FA3_CANDIDATE_TESTED=N, the N - 1 after it.
+tested=${FA3_CANDIDATE_TESTED:-1}
+[ "$tested" -ge 1 ] && [ "$tested" -lt "${#trees[@]}" ] || { echo "FA3_CANDIDATE_TESTED out of range" >&2; exit 2; }
 mkdir -p "$OUT/logs"
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } |
   tee "$OUT/gpu.txt"
 
 if [ "${FA3_CANDIDATE_BUILD:-1}" != 0 ]; then
-  others=("${trees[0]}" "${trees[@]:2}")
-  bash "$HERE/ab_build.sh" "$OUT/logs" "flashattn_cli flashattn_tests_gpu" "$cand" &
+  others=("${trees[0]}" "${trees[@]:$(( tested + 1 ))}")
+  bash "$HERE/ab_build.sh" "$OUT/logs" "flashattn_cli flashattn_tests_gpu" "${trees[@]:1:$tested}" &
   bash "$HERE/ab_build.sh" "$OUT/logs" flashattn_cli "${others[@]}"
   wait
 fi
 
 checks=$OUT/checks.txt
 echo "trees: ${FA3_AB_COMMIT:-$*}" >"$checks"
-tests=$cand/build-ab/tests/flashattn_tests_gpu
-if [ -x "$tests" ]; then
-  timeout 200 "$tests" --gtest_filter="${FA3_CANDIDATE_TESTS:-Fa3*:*/fa3}" >"$OUT/logs/tests.log" 2>&1
-  rc=$?
-  echo "tests ${names[1]} rc $rc: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/logs/tests.log" | tr '\n' ' ')" |
-    tee -a "$checks"
-  grep -E '^\[  FAILED  \]' "$OUT/logs/tests.log" | head -20 | tee -a "$checks"
-  for tool in memcheck racecheck; do
-    if command -v compute-sanitizer >/dev/null; then
-      timeout 60 compute-sanitizer --tool $tool --error-exitcode 86 "$tests" --gtest_filter=Fa3Forward.SmallShapes \
-        >"$OUT/logs/$tool.log" 2>&1
-      echo "$tool rc $?: $(grep -E 'SUMMARY' "$OUT/logs/$tool.log")" | tee -a "$checks"
-    else
-      echo "$tool: no compute-sanitizer" | tee -a "$checks"
-    fi
-  done
-else
-  echo "tests ${names[1]}: no test binary at $tests" | tee -a "$checks"
-fi
+for (( c = 1; c <= tested; c++ )); do
+  name=${names[$c]}
+  sfx=$([ "$tested" -gt 1 ] && echo "-$name")  # one tested tree: tests.log, memcheck.log, racecheck.log
+  tests=${trees[$c]}/build-ab/tests/flashattn_tests_gpu
+  if [ -x "$tests" ]; then
+    timeout 200 "$tests" --gtest_filter="${FA3_CANDIDATE_TESTS:-Fa3*:*/fa3}" >"$OUT/logs/tests$sfx.log" 2>&1
+    rc=$?
+    echo "tests $name rc $rc: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/logs/tests$sfx.log" | tr '\n' ' ')" |
+      tee -a "$checks"
+    grep -E '^\[  FAILED  \]' "$OUT/logs/tests$sfx.log" | head -20 | tee -a "$checks"
+    for tool in memcheck racecheck; do
+      if command -v compute-sanitizer >/dev/null; then
+        timeout 60 compute-sanitizer --tool $tool --error-exitcode 86 "$tests" \
+          --gtest_filter=Fa3Forward.SmallShapes >"$OUT/logs/$tool$sfx.log" 2>&1
+        echo "$tool $name rc $?: $(grep -E 'SUMMARY' "$OUT/logs/$tool$sfx.log")" | tee -a "$checks"
+      else
+        echo "$tool: no compute-sanitizer" | tee -a "$checks"
+      fi
+    done
+  else
+    echo "tests $name: no test binary at $tests" | tee -a "$checks"
+  fi
+done
 echo "checked after $(elapsed)"
 
 # Per tree: what ptxas reported (scripts/ptxas_summary.sh on its build log) and what the SASS of its fa3

@@ -14,6 +14,7 @@ import time
 
 import shutil
 import subprocess
+import tarfile
 
 import pytest
 
@@ -559,7 +560,7 @@ def test_fa3_candidate_tests_the_candidate_then_probes_every_tree(tmp_path):
     checks = (out / "checks.txt").read_text()
     assert checks.startswith("trees: base = x; new = x + p\n")
     assert "tests new rc 0: [  PASSED  ] 3 tests." in checks
-    assert "memcheck rc 0: ========= ERROR SUMMARY: 0 errors" in checks and "racecheck rc 0:" in checks
+    assert "memcheck new rc 0: ========= ERROR SUMMARY: 0 errors" in checks and "racecheck new rc 0:" in checks
     assert [line for line in checks.splitlines() if line.startswith("== ")] == ["== base", "== new", "== bound"]
     # The candidate's tests ran with the filter given, once alone and once under each sanitizer tool.
     assert (tmp_path / "test.args").read_text().splitlines() == ["--gtest_filter=Fa3Forward.*"] + \
@@ -568,6 +569,32 @@ def test_fa3_candidate_tests_the_candidate_then_probes_every_tree(tmp_path):
     assert len(medians) == 1 and "new 220.0 (2, +10.0%)" in medians[0] and "bound 250.0 (2, +25.0%)" in medians[0]
     assert (out / "logs.tar.gz").is_file() and not (out / "logs").exists()
     assert "done after" in run.stdout
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="no bash or tar")
+def test_fa3_candidate_tests_as_many_trees_as_asked_and_names_their_logs(tmp_path):
+    base = _fake_tree(tmp_path, "a", 200)
+    cands = [_fake_tree(tmp_path, name, 210) for name in ("b", "c")]
+    for tree, verdict in zip(cands, ("PASSED", "FAILED")):
+        binary = tree / "build-ab" / "tests" / "flashattn_tests_gpu"
+        binary.parent.mkdir()
+        binary.write_text("#!/bin/sh\necho '[  %s  ] 3 tests.'\n" % verdict)
+        binary.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, PATH="/nonexistent:" + os.environ["PATH"], FA3_CANDIDATE_BUILD="0", FA3_PROBE_ROUNDS="1",
+               FA3_PROBE_SHAPES="128:1024:full", FA3_CANDIDATE_TESTED="2")
+    subprocess.run(["bash", os.path.join(SCRIPTS, "fa3_candidate.sh"), str(out), f"base={base}",
+                    f"one={cands[0]}", f"two={cands[1]}"], check=True, capture_output=True, text=True, env=env)
+    checks = (out / "checks.txt").read_text()
+    assert "tests one rc 0: [  PASSED  ] 3 tests." in checks and "tests two rc 0: [  FAILED  ] 3 tests." in checks
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        names = sorted(os.path.basename(n) for n in tar.getnames())
+    assert "tests-one.log" in names and "tests-two.log" in names and "tests.log" not in names
+    # Every tree but the base at most: more is refused before anything runs.
+    bad = subprocess.run(["bash", os.path.join(SCRIPTS, "fa3_candidate.sh"), str(tmp_path / "bad"), f"base={base}",
+                          f"one={cands[0]}"], capture_output=True, text=True,
+                         env=dict(env, FA3_CANDIDATE_TESTED="2"))
+    assert bad.returncode == 2 and "FA3_CANDIDATE_TESTED" in bad.stderr and not (tmp_path / "bad").exists()
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
