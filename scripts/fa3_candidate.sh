@@ -91,8 +91,6 @@ for i in "${!trees[@]}"; do
   } >>"$checks"
 done
 
-probe_args=()
-for i in "${!trees[@]}"; do probe_args+=("${names[$i]}=${trees[$i]}"); done
-FA3_PROBE_UNTIL=$(( t0 + limit )) bash "$HERE/fa3_probe.sh" "$OUT/probe.txt" "${probe_args[@]}"
+FA3_PROBE_UNTIL=$(( t0 + limit )) bash "$HERE/fa3_probe.sh" "$OUT/probe.txt" "$@"  # the NAME=TREE arguments
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs"
 echo "done after $(elapsed)"

@@ -540,13 +540,18 @@ def test_fa3_probe_rotates_the_trees_and_reports_medians_against_the_first(tmp_p
     assert "N  4096 full" in medians[1]
 
 
+def _fake_test_binary(tree, body):
+    # A stand-in GPU test binary of a tree built for scripts/fa3_candidate.sh: a shell script running `body`.
+    binary = tree / "build-ab" / "tests" / "flashattn_tests_gpu"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\n%s\n" % body)
+    binary.chmod(0o755)
+
+
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="no bash or tar")
 def test_fa3_candidate_tests_the_candidate_then_probes_every_tree(tmp_path):
     base, cand, bound = _fake_tree(tmp_path, "a", 200), _fake_tree(tmp_path, "b", 220), _fake_tree(tmp_path, "c", 250)
-    binary = cand / "build-ab" / "tests" / "flashattn_tests_gpu"
-    binary.parent.mkdir()
-    binary.write_text("#!/bin/sh\necho \"$*\" >> %s\necho '[  PASSED  ] 3 tests.'\n" % (tmp_path / "test.args"))
-    binary.chmod(0o755)
+    _fake_test_binary(cand, "echo \"$*\" >> %s\necho '[  PASSED  ] 3 tests.'" % (tmp_path / "test.args"))
     tools = tmp_path / "bin"  # a stand-in compute-sanitizer that runs the binary it is given
     tools.mkdir()
     sanitizer = tools / "compute-sanitizer"
@@ -576,13 +581,10 @@ def test_fa3_candidate_tests_as_many_trees_as_asked_and_names_their_logs(tmp_pat
     base = _fake_tree(tmp_path, "a", 200)
     cands = [_fake_tree(tmp_path, name, 210) for name in ("b", "c")]
     for tree, verdict in zip(cands, ("PASSED", "FAILED")):
-        binary = tree / "build-ab" / "tests" / "flashattn_tests_gpu"
-        binary.parent.mkdir()
-        binary.write_text("#!/bin/sh\necho '[  %s  ] 3 tests.'\n" % verdict)
-        binary.chmod(0o755)
+        _fake_test_binary(tree, "echo '[  %s  ] 3 tests.'" % verdict)
     out = tmp_path / "out"
-    env = dict(os.environ, PATH="/nonexistent:" + os.environ["PATH"], FA3_CANDIDATE_BUILD="0", FA3_PROBE_ROUNDS="1",
-               FA3_PROBE_SHAPES="128:1024:full", FA3_CANDIDATE_TESTED="2")
+    env = dict(os.environ, FA3_CANDIDATE_BUILD="0", FA3_PROBE_ROUNDS="1", FA3_PROBE_SHAPES="128:1024:full",
+               FA3_CANDIDATE_TESTED="2")
     subprocess.run(["bash", os.path.join(SCRIPTS, "fa3_candidate.sh"), str(out), f"base={base}",
                     f"one={cands[0]}", f"two={cands[1]}"], check=True, capture_output=True, text=True, env=env)
     checks = (out / "checks.txt").read_text()
