@@ -2,9 +2,9 @@
 # Prepared call (~480 s): tma-late.patch and tma-wg.patch against their commit (scripts/fa3_candidate.sh:
 # three trees built, the fa3 GPU tests, memcheck and racecheck of wg and of late, the ptxas and SASS
 # summary, then probe rounds until 470 s). Trees made beforehand and carried (.ab):
-#   bash scripts/ab_trees.sh .ab base late=bench/results/gpu-20261206-fa3-tma-late/tma-late.patch \
-#     wg=bench/results/gpu-20261206-fa3-tma-late/tma-wg.patch
-# then on the GPU machine: AB_BASE=<the trees' commit> bash bench/results/gpu-20261206-fa3-tma-late/run.sh $OUT
+#   bash scripts/ab_trees.sh .ab base late=bench/results/h100-20261206-fa3-tma-late/tma-late.patch \
+#     wg=bench/results/h100-20261206-fa3-tma-late/tma-wg.patch
+# then on the GPU machine: AB_BASE=<the trees' commit> bash bench/results/h100-20261206-fa3-tma-late/run.sh $OUT
 # Writes gpu.txt, checks.txt, probe.txt and logs.tar.gz into $OUT.
 set -uo pipefail
 FA3_AB_COMMIT="base = ${AB_BASE:-see index.json}; late = base + tma-late.patch; wg = base + tma-wg.patch" \
