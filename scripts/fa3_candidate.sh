@@ -62,7 +62,7 @@ for (( c = 1; c <= tested; c++ )); do
           --gtest_filter=Fa3Forward.SmallShapes >"$OUT/logs/$tool$sfx.log" 2>&1
         echo "$tool $name rc $?: $(grep -E 'SUMMARY' "$OUT/logs/$tool$sfx.log")" | tee -a "$checks"
       else
-        echo "$tool: no compute-sanitizer" | tee -a "$checks"
+        echo "$tool $name: no compute-sanitizer" | tee -a "$checks"
       fi
     done
   else
