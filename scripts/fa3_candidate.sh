@@ -14,7 +14,8 @@
 # Environment: FA3_PROBE_SHAPES and FA3_PROBE_ROUNDS (default 6) as scripts/fa3_probe.sh takes them,
 # FA3_CANDIDATE_LIMIT (seconds from the start after which no probe run starts; default 470),
 # FA3_CANDIDATE_TESTS (gtest filter, default 'Fa3*:*/fa3'), FA3_CANDIDATE_TESTED (how many trees from the
-# candidate on get the tests and sanitizers, default 1; with more, their logs carry the tree's name),
+# candidate on get the tests and sanitizers, default 1; with more, their logs carry the tree's name; 0: none,
+# every tree built without tests and timed only, e.g. a second call on trees already tested),
 # FA3_CANDIDATE_BUILD=0 (the trees are built already), FA3_AB_COMMIT (what the trees are, in checks.txt).
 set -uo pipefail
 
@@ -29,9 +30,9 @@ for arg in "$@"; do
   names+=("${arg%%=*}")
   trees+=("${arg#*=}")
 done
-# The trees that get the GPU tests: the candidate and, with FA3_CANDIDATE_TESTED=N, the N - 1 after it.
+# The trees that get the GPU tests: the candidate and, with FA3_CANDIDATE_TESTED=N, the N - 1 after it (0: none).
 tested=${FA3_CANDIDATE_TESTED:-1}
-[ "$tested" -ge 1 ] && [ "$tested" -lt "${#trees[@]}" ] || { echo "FA3_CANDIDATE_TESTED out of range" >&2; exit 2; }
+[ "$tested" -ge 0 ] && [ "$tested" -lt "${#trees[@]}" ] || { echo "FA3_CANDIDATE_TESTED out of range" >&2; exit 2; }
 mkdir -p "$OUT/logs"
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } |
@@ -39,7 +40,9 @@ elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 
 if [ "${FA3_CANDIDATE_BUILD:-1}" != 0 ]; then
   others=("${trees[0]}" "${trees[@]:$(( tested + 1 ))}")
-  bash "$HERE/ab_build.sh" "$OUT/logs" "flashattn_cli flashattn_tests_gpu" "${trees[@]:1:$tested}" &
+  if [ "$tested" -gt 0 ]; then
+    bash "$HERE/ab_build.sh" "$OUT/logs" "flashattn_cli flashattn_tests_gpu" "${trees[@]:1:$tested}" &
+  fi
   bash "$HERE/ab_build.sh" "$OUT/logs" flashattn_cli "${others[@]}"
   wait
 fi

@@ -577,6 +577,22 @@ def test_fa3_candidate_tests_the_candidate_then_probes_every_tree(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="no bash or tar")
+def test_fa3_candidate_with_no_tested_tree_only_times_them(tmp_path):
+    base, cand = _fake_tree(tmp_path, "a", 200), _fake_tree(tmp_path, "b", 190)
+    _fake_test_binary(cand, "echo ran > %s" % (tmp_path / "tests.ran"))
+    out = tmp_path / "out"
+    env = dict(os.environ, FA3_CANDIDATE_BUILD="0", FA3_PROBE_ROUNDS="1", FA3_PROBE_SHAPES="128:1024:full",
+               FA3_CANDIDATE_TESTED="0")
+    subprocess.run(["bash", os.path.join(SCRIPTS, "fa3_candidate.sh"), str(out), f"base={base}", f"new={cand}"],
+                   check=True, capture_output=True, text=True, env=env)
+    checks = (out / "checks.txt").read_text()
+    assert not (tmp_path / "tests.ran").exists() and "tests " not in checks and "memcheck" not in checks
+    assert [line for line in checks.splitlines() if line.startswith("== ")] == ["== base", "== new"]
+    medians = [line for line in (out / "probe.txt").read_text().splitlines() if line.startswith("median ")]
+    assert len(medians) == 1 and "new 190.0 (1, -5.0%)" in medians[0]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="no bash or tar")
 def test_fa3_candidate_tests_as_many_trees_as_asked_and_names_their_logs(tmp_path):
     base = _fake_tree(tmp_path, "a", 200)
     cands = [_fake_tree(tmp_path, name, 210) for name in ("b", "c")]

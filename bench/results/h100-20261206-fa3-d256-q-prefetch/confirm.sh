@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Second device call (~360 s): base and pf only, built without tests (scripts/ab_build.sh), then
 # scripts/fa3_probe.sh rounds until LIMIT seconds from the start. Trees as run.sh makes them, carried (.ab).
-# Writes probe.txt and logs.tar.gz (the builds) into $1.
+# Writes probe.txt and logs.tar.gz (the builds) into $1. (scripts/fa3_candidate.sh with FA3_CANDIDATE_TESTED=0
+# now does the same, with the ptxas and SASS summary.)
 set -uo pipefail
 t0=$(date +%s)
 mkdir -p "$1/logs"

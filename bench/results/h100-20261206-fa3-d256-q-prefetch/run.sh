@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Device call (~450 s): q-prefetch.patch against its commit, with the timing-only bound no-q-reload-d256.patch
-# (scripts/fa3_candidate.sh: the three trees built, the pf tree's fa3 GPU tests, memcheck and racecheck, the
-# ptxas and SASS summary, then probe rounds until LIMIT). Trees made beforehand and carried (.ab):
+# Device call (~450 s): q-prefetch.patch against its commit, with the timing-only bound
+# ../h100-20261206-fa3-d64-m192-again/no-q-reload-d256.patch (scripts/fa3_candidate.sh: the three trees
+# built, the pf tree's fa3 GPU tests, memcheck and racecheck, the ptxas and SASS summary, then probe rounds
+# until LIMIT). Trees made beforehand and carried (.ab):
 #   AB_COMMIT=<commit> bash scripts/ab_trees.sh .ab base \
 #     pf=bench/results/h100-20261206-fa3-d256-q-prefetch/q-prefetch.patch \
-#     noq=bench/results/h100-20261206-fa3-d256-q-prefetch/no-q-reload-d256.patch
+#     noq=bench/results/h100-20261206-fa3-d64-m192-again/no-q-reload-d256.patch
 # then on the GPU machine: AB_BASE=<the trees' commit> bash bench/results/h100-20261206-fa3-d256-q-prefetch/run.sh $OUT
 # Writes gpu.txt, checks.txt, probe.txt and logs.tar.gz into $OUT.
 set -uo pipefail
