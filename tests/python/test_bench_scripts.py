@@ -13,6 +13,7 @@ import sys
 import time
 
 import shutil
+import statistics
 import subprocess
 import tarfile
 
@@ -25,6 +26,7 @@ sys.path.insert(0, SCRIPTS)
 
 import ab_table  # noqa: E402
 import bench_common  # noqa: E402
+import candidate_ab  # noqa: E402
 import compare  # noqa: E402
 import decode_lab  # noqa: E402
 import interleaved  # noqa: E402
@@ -93,6 +95,31 @@ def test_interleaved_shapes_default_to_the_sweep_and_parse_lists():
     assert interleaved.sweep(interleaved.parse_args(["--quick"]))[:2] == [(64, 512, False), (64, 512, True)]
     assert interleaved.sweep(interleaved.parse_args(["--shapes", "128:2048:1,256:512:no"])) == [
         (128, 2048, True), (256, 512, False)]
+
+
+def test_candidate_ab_parses_shapes_and_refuses_too_few_rounds():
+    args = candidate_ab.parse_args(["--shapes", "128:1024:0,64:2048:1", "--rounds", "8"])
+    assert bench_common.parse_shapes(args.shapes) == [(128, 1024, False), (64, 2048, True)]
+    assert args.rounds == 8 and args.calls == 10
+    with pytest.raises(SystemExit):
+        candidate_ab.parse_args(["--rounds", "1"])
+
+
+def test_candidate_ab_per_round_ratios_do_not_see_a_clock_drift():
+    # The clock slows both forms alike from round to round (1.00x .. 1.30x); the candidate is 4% faster in each
+    # round. The medians over all calls mix the rounds; the per-round ratios stay at 1.04 exactly.
+    drift = [1.0 + 0.1 * r for r in range(4)]
+    rounds = {"shipped": [[1.04 * f, 1.04 * f, 1.05 * f] for f in drift],
+              "candidate": [[1.00 * f, 1.00 * f, 1.01 * f] for f in drift]}
+    s = candidate_ab.summarize(rounds)
+    assert s["rounds"] == 4
+    assert s["round_ratio_median"] == pytest.approx(1.04) and s["round_ratio_q1"] == pytest.approx(1.04)
+    assert s["round_ratio_q3"] == pytest.approx(1.04)
+    assert s["shipped_ms"] == pytest.approx(statistics.median([t for r in rounds["shipped"] for t in r]))
+    assert s["ratio"] == pytest.approx(s["shipped_ms"] / s["candidate_ms"])
+    # A slower candidate reads below 1.
+    slower = candidate_ab.summarize({"shipped": rounds["candidate"], "candidate": rounds["shipped"]})
+    assert slower["round_ratio_median"] == pytest.approx(1 / 1.04)
 
 
 def test_interleaved_warm_up_alternates_the_sides_until_the_time_has_passed():

@@ -18,7 +18,7 @@ namespace flashattn::cuda::fa3 {
 
 template <int kHeadDim_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kWarpSpecialized_,
           bool kPingPong_, bool kIntraOverlap_, bool kAblation_ = false, bool kPartialCols_ = false,
-          bool kPackGqa_ = false>
+          bool kPackGqa_ = false, bool kCandidate_ = false>
 struct Fa3Config {
   static constexpr int kHeadDim = kHeadDim_;
   // Each consumer warpgroup owns 64 rows (one wgmma M) of the Q tile.
@@ -42,6 +42,11 @@ struct Fa3Config {
   // Fa3Params::pack_group), so one tile of few tokens fills its rows from the G heads that share its K and
   // V. Q loads through a 5-d tensor map (head dim, G, KV heads, tokens, batch); the mask goes by token.
   static constexpr bool kPackGqa = kPackGqa_;
+  // The candidate form of a full kernel: a change under test is written as code that only this form takes
+  // (if constexpr (Cfg::kCandidate)), and a build with FLASHATTN_FA3_CANDIDATE=ON compiles both forms, picked
+  // per call by the environment (fa3_candidate_requested), so that one process can time them in alternation
+  // (bench/candidate_ab.py). The shipped code has no such paths: both forms are then the same kernel.
+  static constexpr bool kCandidate = kCandidate_;
 
   // Q buffers: two where shared memory allows (head dims 64 and 128 of the shipped kernels), so that the next
   // tile's Q loads while this tile runs and its first Q K^T can be issued before this tile's epilogue, which

@@ -5,6 +5,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "cuda/common/cuda_check.h"
@@ -121,17 +122,39 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   return own_counter.release();
 }
 
+// Builds with FLASHATTN_FA3_CANDIDATE=ON (Fa3Config::kCandidate): whether this call runs the candidate form,
+// read from the environment at every call (FLASHATTN_FA3_CANDIDATE=1) so that one process can alternate.
+inline bool fa3_candidate_requested() {
+  const char* v = std::getenv("FLASHATTN_FA3_CANDIDATE");
+  return v != nullptr && v[0] == '1' && v[1] == '\0';
+}
+template <typename Cfg>
+struct CandidateOf;
+template <int D, int C, int N, int S, bool kWs, bool kPing, bool kOverlap, bool kAbl, bool kPart, bool kPack>
+struct CandidateOf<Fa3Config<D, C, N, S, kWs, kPing, kOverlap, kAbl, kPart, kPack, false>> {
+  using type = Fa3Config<D, C, N, S, kWs, kPing, kOverlap, kAbl, kPart, kPack, true>;
+};
+
+// A full kernel configuration, or its candidate form where the build has one and the call asks for it.
+template <typename Cfg, typename T>
+Status launch_shipped(const detail::Problem& prob, const Context& ctx) {
+#if defined(FLASHATTN_FA3_CANDIDATE)
+  if (fa3_candidate_requested()) return launch_config<typename CandidateOf<Cfg>::type, T>(prob, ctx);
+#endif
+  return launch_config<Cfg, T>(prob, ctx);
+}
+
 // The full kernel (kConsumers: fa3_consumers of the problem where a head dim has two tile shapes), on the
 // kernel of kHeadDim columns or, for a smaller head dim, its partial-column form (Fa3Config::kPartialCols).
 template <int kHeadDim, typename T, int kConsumers = fa3_consumers(kHeadDim)>
 Status launch_full(const detail::Problem& prob, const Context& ctx) {
   if (prob.head_dim < kHeadDim)
-    return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers, false, true>, T>(prob, ctx);
+    return launch_shipped<ConfigFor<kHeadDim, true, true, true, kConsumers, false, true>, T>(prob, ctx);
   if constexpr (fa3_packs_gqa(kHeadDim)) {
     if (fa3_pack_group(prob, 64 * kConsumers) > 1)
-      return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers, false, false, true>, T>(prob, ctx);
+      return launch_shipped<ConfigFor<kHeadDim, true, true, true, kConsumers, false, false, true>, T>(prob, ctx);
   }
-  return launch_config<ConfigFor<kHeadDim, true, true, true, kConsumers>, T>(prob, ctx);
+  return launch_shipped<ConfigFor<kHeadDim, true, true, true, kConsumers>, T>(prob, ctx);
 }
 
 // The ablation: one overlap compiled out.

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""The shipped and the candidate form of the fa3 forward kernels, timed in one process in alternation.
+
+A change to the fa3 kernels under test is written as code that only the candidate form takes
+(`if constexpr (Cfg::kCandidate)`, src/cuda/sm90/fa3_config.cuh) and built beside the shipped form
+(cmake -DFLASHATTN_FA3_CANDIDATE=ON); the library runs the candidate form in the calls made while the
+environment holds FLASHATTN_FA3_CANDIDATE=1. Here, per shape, both forms warm up together, then --rounds
+rounds each time --calls queued calls of one form and then of the other (the order swapped every round), on
+the same inputs and output buffers. Programs started one per tree and shape (scripts/fa3_probe.sh) each see
+the GPU's clock and their buffers' placement as they find them, which moved single runs by several percent;
+here both forms share both.
+
+Reported per shape: each form's median call, the speed ratio of the medians (shipped time over candidate
+time: above 1, the candidate is faster) and the median and quartiles of the per-round ratios (each round's
+two medians), which a drift of the clock across rounds leaves alone. A build without the candidate form
+(both forms report the same kernel name) stops the script with status 2; the largest absolute difference
+between the two forms' outputs is reported (the GPU tests check the candidate's values).
+
+Inputs: bf16 uniform in [-1, 1] in [batch, seqlen, heads, head_dim] (bench_common.uniform); shapes as in the
+sweep (16384 tokens, hidden 2048); FLOPs 4*b*h*N*N*d, half for causal.
+
+Usage: python3 bench/candidate_ab.py --shapes d:N:causal,... [--rounds R] [--calls C] [--warmup-ms MS]
+       [--json FILE]
+Needs torch with CUDA and the flashattn package built with CUDA (exits 0 with a message otherwise).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+from bench_common import (HIDDEN, TOKENS, parse_shapes, queued_event_times, run_commit, torch_and_flashattn,
+                          uniform, utc_date, write_json)
+from interleaved import warm
+
+ENV = "FLASHATTN_FA3_CANDIDATE"
+DEFAULT_SHAPES = "128:512:0,128:1024:0,64:1024:1"
+SIDES = ("shipped", "candidate")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"comma list of d:N:causal (default {DEFAULT_SHAPES})")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--calls", type=int, default=10, help="timed calls per form and round")
+    p.add_argument("--warmup-ms", type=float, default=1000.0)
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args(argv)
+    if args.rounds < 2 or args.calls < 1:
+        p.error("--rounds must be at least 2 and --calls at least 1")
+    return args
+
+
+def summarize(rounds):
+    """rounds: {"shipped": [[ms, ...] per round], "candidate": [...]}, both with the same number of rounds.
+    Each form's median over all its calls, their speed ratio (shipped / candidate) and the per-round speed
+    ratios' median and quartiles."""
+    med = {side: statistics.median([t for r in rounds[side] for t in r]) for side in SIDES}
+    per_round = [statistics.median(s) / statistics.median(c) for s, c in zip(rounds["shipped"], rounds["candidate"])]
+    q1, q2, q3 = statistics.quantiles(per_round, n=4, method="inclusive")
+    return {"shipped_ms": med["shipped"], "candidate_ms": med["candidate"],
+            "ratio": med["shipped"] / med["candidate"], "round_ratio_median": q2, "round_ratio_q1": q1,
+            "round_ratio_q3": q3, "rounds": len(per_round)}
+
+
+def main(argv):
+    args = parse_args(argv)
+    torch, flashattn = torch_and_flashattn("candidate_ab")
+    if torch is None:
+        return 0
+    before = os.environ.get(ENV)
+    print(f"candidate_ab: fa3 forward, shipped against candidate form; warm-up {args.warmup_ms:.0f} ms, {args.rounds}"
+          f" rounds of {args.calls} calls per form; {torch.cuda.get_device_name()}", flush=True)
+    rows = []
+    try:
+        for d, n, causal in parse_shapes(args.shapes):
+            b, h = TOKENS // n, HIDDEN // d
+            q, k, v = (uniform(torch, (b, n, h, d)) for _ in range(3))
+            outs = {side: torch.empty_like(q) for side in SIDES}
+            lse = torch.empty(b, h, n, device="cuda", dtype=torch.float32)
+            kernels = {}
+
+            def form(side):
+                flag = "1" if side == "candidate" else "0"
+
+                def call():
+                    os.environ[ENV] = flag  # read by the library at every call
+                    kernels[side] = flashattn.forward(q, k, v, outs[side], lse, causal=causal, algo="fa3").kernel
+                return call
+
+            calls = {side: form(side) for side in SIDES}
+            for side in SIDES:
+                calls[side]()
+            torch.cuda.synchronize()
+            if kernels["shipped"] == kernels["candidate"]:
+                print(f"candidate_ab: both forms ran {kernels['shipped']}: this build has no candidate form "
+                      "(configure with -DFLASHATTN_FA3_CANDIDATE=ON)", flush=True)
+                return 2
+            diff = (outs["shipped"].float() - outs["candidate"].float()).abs().max().item()
+            warm(torch, [calls[side] for side in SIDES], args.warmup_ms)
+            rounds = {side: [] for side in SIDES}
+            for r in range(args.rounds):
+                for side in (SIDES if r % 2 == 0 else SIDES[::-1]):
+                    rounds[side].append(queued_event_times(torch, calls[side], args.calls))
+            flops = 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
+            row = {"d": d, "N": n, "b": b, "h": h, "causal": causal, **summarize(rounds), "max_abs_diff": diff,
+                   "kernels": kernels}
+            row["shipped_tflops"] = flops / (row["shipped_ms"] * 1e-3) / 1e12
+            row["candidate_tflops"] = flops / (row["candidate_ms"] * 1e-3) / 1e12
+            rows.append(row)
+            print(f"d {d:3d} N {n:5d} causal {int(causal)}: shipped {row['shipped_tflops']:6.1f}  candidate "
+                  f"{row['candidate_tflops']:6.1f}  ratio {row['ratio']:.3f}  per round {row['round_ratio_median']:.3f}"
+                  f" [{row['round_ratio_q1']:.3f}, {row['round_ratio_q3']:.3f}]  max |diff| {diff:.2e}", flush=True)
+            del q, k, v, outs, lse
+            torch.cuda.empty_cache()
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before
+    if args.json:
+        write_json(args.json, {"benchmark": "candidate_ab", "commit": run_commit(), "date": utc_date(),
+                               "gpu": torch.cuda.get_device_name(), "warmup_ms": args.warmup_ms,
+                               "rounds": args.rounds, "calls": args.calls, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
