@@ -52,25 +52,7 @@ echo "trees: ${FA3_AB_COMMIT:-$*}" >"$checks"
 for (( c = 1; c <= tested; c++ )); do
   name=${names[$c]}
   sfx=$([ "$tested" -gt 1 ] && echo "-$name")  # one tested tree: tests.log, memcheck.log, racecheck.log
-  tests=${trees[$c]}/build-ab/tests/flashattn_tests_gpu
-  if [ -x "$tests" ]; then
-    timeout 200 "$tests" --gtest_filter="${FA3_CANDIDATE_TESTS:-Fa3*:*/fa3}" >"$OUT/logs/tests$sfx.log" 2>&1
-    rc=$?
-    echo "tests $name rc $rc: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/logs/tests$sfx.log" | tr '\n' ' ')" |
-      tee -a "$checks"
-    grep -E '^\[  FAILED  \]' "$OUT/logs/tests$sfx.log" | head -20 | tee -a "$checks"
-    for tool in memcheck racecheck; do
-      if command -v compute-sanitizer >/dev/null; then
-        timeout 60 compute-sanitizer --tool $tool --error-exitcode 86 "$tests" \
-          --gtest_filter=Fa3Forward.SmallShapes >"$OUT/logs/$tool$sfx.log" 2>&1
-        echo "$tool $name rc $?: $(grep -E 'SUMMARY' "$OUT/logs/$tool$sfx.log")" | tee -a "$checks"
-      else
-        echo "$tool $name: no compute-sanitizer" | tee -a "$checks"
-      fi
-    done
-  else
-    echo "tests $name: no test binary at $tests" | tee -a "$checks"
-  fi
+  bash "$HERE/fa3_gpu_checks.sh" "${trees[$c]}/build-ab/tests/flashattn_tests_gpu" "$OUT/logs" "$checks" "$name" "$sfx"
 done
 echo "checked after $(elapsed)"
 

@@ -41,21 +41,9 @@ if [ $rc -ne 0 ]; then
   exit 1
 fi
 
-tests=$BUILD/tests/flashattn_tests_gpu
 if [ "${CAND_TESTS:-1}" != 0 ]; then
-  FLASHATTN_FA3_CANDIDATE=1 timeout 240 "$tests" --gtest_filter='Fa3*:*/fa3' >"$OUT/logs/tests.log" 2>&1
-  echo "tests candidate rc $?: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/logs/tests.log" | tr '\n' ' ')" |
-    tee -a "$checks"
-  grep -E '^\[  FAILED  \]' "$OUT/logs/tests.log" | head -20 | tee -a "$checks"
-  for tool in memcheck racecheck; do
-    if command -v compute-sanitizer >/dev/null; then
-      FLASHATTN_FA3_CANDIDATE=1 timeout 90 compute-sanitizer --tool $tool --error-exitcode 86 "$tests" \
-        --gtest_filter=Fa3Forward.SmallShapes >"$OUT/logs/$tool.log" 2>&1
-      echo "$tool candidate rc $?: $(grep -E 'SUMMARY' "$OUT/logs/$tool.log")" | tee -a "$checks"
-    else
-      echo "$tool: no compute-sanitizer" | tee -a "$checks"
-    fi
-  done
+  FLASHATTN_FA3_CANDIDATE=1 bash "$HERE/fa3_gpu_checks.sh" "$BUILD/tests/flashattn_tests_gpu" "$OUT/logs" \
+    "$checks" candidate
   echo "checked after $(elapsed)"
 fi
 bash "$HERE/ptxas_summary.sh" "$log" >>"$checks"
