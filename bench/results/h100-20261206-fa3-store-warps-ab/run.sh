@@ -2,7 +2,7 @@
 # Device call (~330 s): the candidate patch applied to the copy on the GPU machine, then
 # scripts/fa3_candidate_ab.sh (one build with both forms, the candidate's fa3 GPU tests and sanitizers, the
 # ptxas summary, bench/candidate_ab.py). The patch is against the commit in index.json.
-# On the GPU machine: bash bench/results/gpu-20261206-fa3-store-warps-ab/run.sh $OUT
+# On the GPU machine: bash bench/results/h100-20261206-fa3-store-warps-ab/run.sh $OUT
 set -uo pipefail
 D=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if git rev-parse --git-dir >/dev/null 2>&1; then
