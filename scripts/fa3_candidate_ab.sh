@@ -10,8 +10,10 @@
 # method reads for no change.
 #
 # Usage: bash scripts/fa3_candidate_ab.sh OUT
-# Environment: CAND_SHAPES (d:N:causal comma list, default bench/candidate_ab.py's), CAND_ROUNDS (default
-# 20), CAND_CALLS (default 10), CAND_TESTS=0 (no tests and sanitizers), JOBS (default the CPU count).
+# Environment: CAND_PATCH (a patch that writes the candidate form, applied to this checkout first: a change
+# prepared against a commit and run on a copy of it), CAND_SHAPES (d:N:causal comma list, default
+# bench/candidate_ab.py's), CAND_ROUNDS (default 20), CAND_CALLS (default 10), CAND_TESTS=0 (no tests and
+# sanitizers), JOBS (default the CPU count).
 # Writes OUT/gpu.txt, OUT/checks.txt, OUT/ab.txt, OUT/ab.json and OUT/logs.tar.gz; the build goes to
 # build-cand in the repository.
 set -uo pipefail
@@ -23,6 +25,13 @@ ROOT=$(cd "$HERE/.." && pwd)
 BUILD=$ROOT/build-cand
 t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
+if [ -n "${CAND_PATCH:-}" ]; then
+  if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+    git -C "$ROOT" apply "$(realpath "$CAND_PATCH")" || { echo "CAND_PATCH does not apply" >&2; exit 1; }
+  else
+    patch -d "$ROOT" -p1 -N -s <"$CAND_PATCH" || { echo "CAND_PATCH does not apply" >&2; exit 1; }
+  fi
+fi
 mkdir -p "$OUT/logs"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } |
   tee "$OUT/gpu.txt"

@@ -5,10 +5,6 @@
 # On the GPU machine: bash bench/results/h100-20261206-fa3-store-warps-ab/run.sh $OUT
 set -uo pipefail
 D=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if git rev-parse --git-dir >/dev/null 2>&1; then
-  git apply "$D/store-warps-candidate.patch" || exit 1
-else
-  patch -p1 -N -s <"$D/store-warps-candidate.patch" || exit 1
-fi
-CAND_SHAPES=${SHAPES:-"256:2048:0,128:512:0,128:1024:0,128:2048:0,64:1024:1,64:2048:0"} \
+CAND_PATCH="$D/store-warps-candidate.patch" \
+  CAND_SHAPES=${SHAPES:-"256:2048:0,128:512:0,128:1024:0,128:2048:0,64:1024:1,64:2048:0"} \
   CAND_ROUNDS=${ROUNDS:-60} CAND_CALLS=${CALLS:-10} bash scripts/fa3_candidate_ab.sh "$1"
