@@ -52,7 +52,7 @@ echo "trees: ${FA3_AB_COMMIT:-$*}" >"$checks"
 for (( c = 1; c <= tested; c++ )); do
   name=${names[$c]}
   sfx=$([ "$tested" -gt 1 ] && echo "-$name")  # one tested tree: tests.log, memcheck.log, racecheck.log
-  bash "$HERE/fa3_gpu_checks.sh" "${trees[$c]}/build-ab/tests/flashattn_tests_gpu" "$OUT/logs" "$checks" "$name" "$sfx"
+  bash "$HERE/tree_gpu_checks.sh" "${trees[$c]}/build-ab/tests/flashattn_tests_gpu" "$OUT/logs" "$checks" "$name" "$sfx"
 done
 echo "checked after $(elapsed)"
 

@@ -105,6 +105,24 @@ def test_candidate_ab_parses_shapes_and_refuses_too_few_rounds():
         candidate_ab.parse_args(["--rounds", "1"])
 
 
+def test_candidate_ab_takes_the_fa2_backward_and_names_each_family_s_switch():
+    args = candidate_ab.parse_args(["--algo", "fa2", "--backward"])
+    assert args.algo == "fa2" and args.backward
+    assert candidate_ab.parse_args([]).algo == "fa3"
+    assert candidate_ab.candidate_env("fa2") == "FLASHATTN_FA2_CANDIDATE"
+    assert candidate_ab.candidate_env("fa3") == "FLASHATTN_FA3_CANDIDATE"
+    # fa3 has no backward kernels, so no candidate form of one.
+    with pytest.raises(SystemExit):
+        candidate_ab.parse_args(["--backward"])
+
+
+def test_candidate_ab_script_refuses_an_unknown_family_before_building(tmp_path):
+    run = subprocess.run(["bash", os.path.join(SCRIPTS, "candidate_ab.sh"), str(tmp_path / "out")],
+                         env=dict(os.environ, CAND_ALGO="fa4"), capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "CAND_ALGO must be fa3 or fa2" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_candidate_ab_per_round_ratios_do_not_see_a_clock_drift():
     # The clock slows both forms alike from round to round (1.00x .. 1.30x); the candidate is 4% faster in each
     # round. The medians over all calls mix the rounds; the per-round ratios stay at 1.04 exactly.

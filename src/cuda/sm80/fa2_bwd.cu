@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cuda/common/candidate.h"
 #include "cuda/common/problem_params.cuh"
 #include "cuda/launch.h"
 #include "cuda/sm80/fa2_bwd_config.cuh"
@@ -60,7 +61,8 @@ std::string kernel_name(bool deterministic) {
   using T = typename Cfg::T;
   constexpr int D = Cfg::kHeadDim;
   return std::string("fa2_bwd_sm80_") + fa2_bwd::dtype_tag<T>() + "_hd" + std::to_string(D) + "_n" +
-         std::to_string(Cfg::kBlockN) + "m" + std::to_string(Cfg::kBlockM) + (deterministic ? "_det" : "");
+         std::to_string(Cfg::kBlockN) + "m" + std::to_string(Cfg::kBlockM) + (deterministic ? "_det" : "") +
+         (Cfg::kCandidate ? kCandidateSuffix : "");
 }
 
 // cp.async and the 16-byte vector accesses need 16-byte aligned rows: the base pointer and every stride
@@ -104,7 +106,7 @@ Status check(const Problem& p, const Context& ctx, std::string* kernel) {
                                 std::to_string(kMaxGridYz) + " of each");
   size_t smem = 0;
   std::string name;
-  fa2_bwd::with_dkdv_config<T, D>(ctx.smem_optin, [&](auto cfg) {
+  fa2_bwd::with_dkdv_config<T, D>(ctx.smem_optin, candidate_requested(kFa2CandidateEnv), [&](auto cfg) {
     using KCfg = decltype(cfg);
     smem = std::max<size_t>(KCfg::kSmemBytes, p.deterministic ? QCfg::kSmemBytes : 0);
     name = kernel_name<KCfg>(p.deterministic);

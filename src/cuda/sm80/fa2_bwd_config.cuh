@@ -57,8 +57,10 @@ constexpr const char* dtype_tag<__nv_bfloat16>() { return "bf16"; }
 constexpr int kSmallBlockM = 64;
 constexpr int preferred_block_m(int head_dim) { return head_dim <= 64 ? 128 : kSmallBlockM; }
 
-template <typename T_, int kHeadDim_, int kBlockM_ = preferred_block_m(kHeadDim_)>
+template <typename T_, int kHeadDim_, int kBlockM_ = preferred_block_m(kHeadDim_), bool kCandidate_ = false>
 struct DkdvConfig {
+  // The candidate form (cuda/common/candidate.h): built beside the shipped one with FLASHATTN_FA2_CANDIDATE=ON.
+  static constexpr bool kCandidate = kCandidate_;
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;  // query rows per inner tile
@@ -163,14 +165,24 @@ struct DkdvConfig {
 };
 
 // Calls fn(Cfg{}) with the dK/dV configuration to run on a device that allows smem_optin bytes of shared
-// memory per block: the preferred one, or the 64-row tile where the preferred one does not fit.
-template <typename T, int D, class Fn>
-auto with_dkdv_config(size_t smem_optin, Fn&& fn) {
-  using Preferred = DkdvConfig<T, D>;
+// memory per block: the preferred one, or the 64-row tile where the preferred one does not fit; its
+// candidate form where the build has one (FLASHATTN_FA2_CANDIDATE) and `candidate` asks for it.
+template <typename T, int D, bool kCandidate, class Fn>
+auto with_dkdv_form(size_t smem_optin, Fn&& fn) {
+  using Preferred = DkdvConfig<T, D, preferred_block_m(D), kCandidate>;
   if constexpr (Preferred::kBlockM != kSmallBlockM) {
-    if (size_t(Preferred::kSmemBytes) > smem_optin) return fn(DkdvConfig<T, D, kSmallBlockM>{});
+    if (size_t(Preferred::kSmemBytes) > smem_optin) return fn(DkdvConfig<T, D, kSmallBlockM, kCandidate>{});
   }
   return fn(Preferred{});
+}
+template <typename T, int D, class Fn>
+auto with_dkdv_config(size_t smem_optin, bool candidate, Fn&& fn) {
+#if defined(FLASHATTN_FA2_CANDIDATE)
+  if (candidate) return with_dkdv_form<T, D, true>(smem_optin, fn);
+#else
+  (void)candidate;
+#endif
+  return with_dkdv_form<T, D, false>(smem_optin, fn);
 }
 
 // The Q-parallel dQ kernel of deterministic mode: FA2-forward-like, each warp owns 16 query rows, so

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/candidate.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/stream_buffer.h"
 #include "cuda/launch.h"
@@ -67,7 +68,7 @@ Status run(const detail::Problem& p, const Context& ctx) {
   }
 
   if (p.seqlen_k > 0 && p.batch > 0) {
-    s = with_dkdv_config<T, D>(ctx.smem_optin, [&](auto cfg) -> Status {
+    s = with_dkdv_config<T, D>(ctx.smem_optin, candidate_requested(kFa2CandidateEnv), [&](auto cfg) -> Status {
       using KCfg = decltype(cfg);
       auto* kernel = p.softcap > 0.0f ? dkdv_kernel<KCfg, true> : dkdv_kernel<KCfg, false>;
       FA_CUDA_RETURN_IF_ERROR(

@@ -81,8 +81,10 @@ struct LaneRows {
 // block n), which halves the K/V shared memory so that two CTAs fit on an SM where double buffers would
 // allow only one.
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kStages_ = 2,
-          bool kSwizzleKv_ = false>
+          bool kSwizzleKv_ = false, bool kCandidate_ = false>
 struct FwdConfig {
+  // The candidate form (cuda/common/candidate.h): built beside the shipped one with FLASHATTN_FA2_CANDIDATE=ON.
+  static constexpr bool kCandidate = kCandidate_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -136,6 +138,14 @@ struct FwdConfig {
                 "shared rows must stay 16-byte aligned for cp.async");
   static_assert((kQElems * kElemBytes) % 32 == 0 && (kKvElems * kElemBytes) % 32 == 0,
                 "every tile must start 32-byte aligned (see the file comment)");
+};
+
+// The candidate form of a forward configuration (FwdConfig::kCandidate).
+template <typename Cfg>
+struct FwdCandidateOf;
+template <int D, int M, int N, int W, int B, int S, bool kSwizzle>
+struct FwdCandidateOf<FwdConfig<D, M, N, W, B, S, kSwizzle, false>> {
+  using type = FwdConfig<D, M, N, W, B, S, kSwizzle, true>;
 };
 
 // The largest power of two that divides n, capped at `cap` (a power of two): threads that share one

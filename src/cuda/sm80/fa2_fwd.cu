@@ -8,6 +8,7 @@
 #include <climits>
 #include <string>
 
+#include "cuda/common/candidate.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/problem_params.cuh"
 #include "cuda/launch.h"
@@ -99,14 +100,23 @@ Status launch(const detail::Problem& prob, const Context& ctx) {
   return Status::Ok();
 }
 
+// The shipped configuration, or its candidate form where the build has one and the call asks for it.
+template <typename Cfg, typename T>
+Status launch_form(const detail::Problem& prob, const Context& ctx) {
+#if defined(FLASHATTN_FA2_CANDIDATE)
+  if (candidate_requested(kFa2CandidateEnv)) return launch<typename fa2::FwdCandidateOf<Cfg>::type, T>(prob, ctx);
+#endif
+  return launch<Cfg, T>(prob, ctx);
+}
+
 template <typename T>
 Status launch_for_head_dim(const detail::Problem& prob, const Context& ctx) {
   switch (kernel_shape(prob.head_dim).head_dim) {
-    case 64: return launch<Fwd64, T>(prob, ctx);
-    case 96: return launch<Fwd96, T>(prob, ctx);
-    case 128: return launch<Fwd128, T>(prob, ctx);
-    case 192: return launch<Fwd192, T>(prob, ctx);
-    case 256: return launch<Fwd256, T>(prob, ctx);
+    case 64: return launch_form<Fwd64, T>(prob, ctx);
+    case 96: return launch_form<Fwd96, T>(prob, ctx);
+    case 128: return launch_form<Fwd128, T>(prob, ctx);
+    case 192: return launch_form<Fwd192, T>(prob, ctx);
+    case 256: return launch_form<Fwd256, T>(prob, ctx);
     default: return Status::NotSupported("algorithm fa2: no kernel for head_dim " + std::to_string(prob.head_dim));
   }
 }
@@ -148,6 +158,9 @@ Status fa2_supports(const detail::Problem& p, const Context& ctx, std::string* k
   if (kernel != nullptr) {
     *kernel = std::string("fa2_fwd_sm80_") + dtype_tag(p.dtype) + "_hd" + std::to_string(shape.head_dim) + "_m" +
               std::to_string(shape.block_m) + "n" + std::to_string(shape.block_n);
+#if defined(FLASHATTN_FA2_CANDIDATE)
+    if (candidate_requested(kFa2CandidateEnv)) *kernel += kCandidateSuffix;
+#endif
   }
   return Status::Ok();
 }

@@ -192,7 +192,7 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
     const int group = variant == Fa3Variant::kFull ? fa3::fa3_pack_group(p, 64 * fa3::fa3_consumers(p)) : 1;
     if (group > 1) *kernel += "_gqa" + std::to_string(group);  // GQA-packed tiles
 #if defined(FLASHATTN_FA3_CANDIDATE)
-    if (variant == Fa3Variant::kFull && fa3::fa3_candidate_requested()) *kernel += "_candidate";
+    if (variant == Fa3Variant::kFull && fa3::fa3_candidate_requested()) *kernel += kCandidateSuffix;
 #endif
   }
   return Status::Ok();

@@ -5,9 +5,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <string>
 
+#include "cuda/common/candidate.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/stream_buffer.h"
 #include "cuda/common/stream_counters.h"
@@ -122,12 +122,9 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   return own_counter.release();
 }
 
-// Builds with FLASHATTN_FA3_CANDIDATE=ON (Fa3Config::kCandidate): whether this call runs the candidate form,
-// read from the environment at every call (FLASHATTN_FA3_CANDIDATE=1) so that one process can alternate.
-inline bool fa3_candidate_requested() {
-  const char* v = std::getenv("FLASHATTN_FA3_CANDIDATE");
-  return v != nullptr && v[0] == '1' && v[1] == '\0';
-}
+// Builds with FLASHATTN_FA3_CANDIDATE=ON (Fa3Config::kCandidate): whether this call runs the candidate form
+// (cuda/common/candidate.h).
+inline bool fa3_candidate_requested() { return candidate_requested(kFa3CandidateEnv); }
 template <typename Cfg>
 struct CandidateOf;
 template <int D, int C, int N, int S, bool kWs, bool kPing, bool kOverlap, bool kAbl, bool kPart, bool kPack>
