@@ -74,7 +74,7 @@ struct DkdvConfig {
   // Software-pipelined fragment loads in every product (warp_mma's kPrefetch):
   // measured 5% faster at d = 64, within the noise (1-2%) at d = 128, where it spills on sm_80, and 1.5%
   // slower at d = 256.
-  static constexpr bool kPrefetchFragments = kHeadDim <= 64;
+  static constexpr bool kPrefetchFragments = kHeadDim <= 128;
   // Each CTA starts its walk over the query tiles at its own row block (its KV tile's index, modulo the
   // range) and wraps around, instead of every CTA of a head starting at the first. Measured on the H200
   // (bench/results/h200-20261203-fa2-bwd-rotated-walk/, backward sweep, 2 passes, spread <= 0.7%): 64-key
@@ -83,7 +83,7 @@ struct DkdvConfig {
   // and loads), and the causal CTAs, which start on different rows anyway, gained as much as the others:
   // the cause is not known.
   // d = 192 shares the 64-key tile and takes the rotation too; it was not timed.
-  static constexpr bool kRotatedWalk = kBlockN == 64;
+  static constexpr bool kRotatedWalk = kBlockN == 64 || kHeadDim == 64;
   // The next query tile's copies go out behind this tile's S product instead of right after the loop-top
   // barrier, so that every warp leaves the barrier straight into mma.sync. Measured on the H200
   // (bench/results/h200-20261203-fa2-bwd-sass-vs-pytorch/, backward sweep, 2 passes): d 64 +1.4..+3.1% on
