@@ -72,8 +72,10 @@ struct DkdvConfig {
   static constexpr int kStages = 2;  // query-side tiles (Q, dO, LSE, D) are double-buffered
   // Every tile product is fully unrolled (warp_mma, where the measurements are).
   // Software-pipelined fragment loads in every product (warp_mma's kPrefetch):
-  // measured 5% faster at d = 64, within the noise (1-2%) at d = 128, where it spills on sm_80, and 1.5%
-  // slower at d = 256.
+  // measured 5% faster at d = 64 and 1.5% slower at d = 256. At d = 128 separate programs per tree read it
+  // within their noise (1-2%), in a form that spilled on sm_80; timed in one process against the form
+  // without (bench/results/h200-20261206-fa2-bwd-candidate-ab/, H200, 30 rounds) it is 2.0-2.4% faster
+  // (N 2048 and 8192), and it fits in 251-254 registers without spills on sm_80 and sm_90a.
   static constexpr bool kPrefetchFragments = kHeadDim <= 128;
   // Each CTA starts its walk over the query tiles at its own row block (its KV tile's index, modulo the
   // range) and wraps around, instead of every CTA of a head starting at the first. Measured on the H200
@@ -81,7 +83,9 @@ struct DkdvConfig {
   // tiles (d = 256) 2.2% faster on all 12 shapes, causal and not; d = 128 0.9-1.4% slower, d = 64 +0.6%.
   // The d = 256 kernel compiles almost as before (2472 against 2440 SASS instructions, the same products
   // and loads), and the causal CTAs, which start on different rows anyway, gained as much as the others:
-  // the cause is not known.
+  // the cause is not known. d = 64 was left out on that sweep's +0.6%; timed in one process against the
+  // walk from the first row block (bench/results/h200-20261206-fa2-bwd-candidate-ab/, H200, 30 rounds) it is
+  // 2.3-2.8% faster (N 2048 and 8192, N 2048 causal), so it takes the rotation too.
   // d = 192 shares the 64-key tile and takes the rotation too; it was not timed.
   static constexpr bool kRotatedWalk = kBlockN == 64 || kHeadDim == 64;
   // The next query tile's copies go out behind this tile's S product instead of right after the loop-top

@@ -75,8 +75,10 @@ struct Fa3Config {
   // Where its slow path runs: after the wait for P V, both arms waiting (P's registers free: what keeps the
   // three-consumer kernels spill-free; +2.0% at head dim 128 N 8192 against the slow path ahead of the wait,
   // +8.1% at head dim 64 N 8192 on three consumers with the stored max), or ahead of it on two consumers at
-  // head dim 64, where the late form measured -1.3% (N 1024 causal, slower in 5 of 6 rounds, one tie;
-  // bench/results/h100-20261206-fa3-stale-d64/).
+  // head dim 64, where the late form measured -1.3% with separate programs per tree (N 1024 causal, slower in
+  // 5 of 6 rounds, one tie; bench/results/h100-20261206-fa3-stale-d64/). Timed since in one process against
+  // it (bench/results/h200-20261206-fa3-late-drain-ab/, H200, 30 rounds) the late form reads 0.999 at N 1024
+  // causal and +0.7% at N 512 causal: the place hardly matters there, and the kernels stay as measured.
   static constexpr bool kStaleSlowAfterPv = kStaleMax && !(kHeadDim == 64 && kConsumerWarpgroups == 2);
   // A consumer warpgroup passes over the tile's first key blocks (its last ones in key order) when none of its
   // rows sees them (Consumer::lead_blocks, skip_lead): it keeps pace with the K/V ring and the turns as an
