@@ -13,12 +13,13 @@
 # method reads for no change.
 #
 # Usage: bash scripts/candidate_ab.sh OUT
-# Environment: CAND_ALGO (fa3 or fa2), CAND_BACKWARD=1 (fa2 only), CAND_PATCH (a patch that writes the
-# candidate form, applied to this checkout first: a change prepared against a commit and run on a copy of it),
-# CAND_SHAPES (d:N:causal comma list, default bench/candidate_ab.py's), CAND_ROUNDS (default 20), CAND_CALLS
-# (default 10), CAND_TESTS=0 (no tests and sanitizers), JOBS (default the CPU count).
-# Writes OUT/gpu.txt, OUT/checks.txt, OUT/ab.txt, OUT/ab.json and OUT/logs.tar.gz; the build goes to
-# build-cand in the repository.
+# Environment: CAND_ALGO (fa3 or fa2), CAND_BACKWARD=1 (fa2 only; CAND_BACKWARD=both times the forward, then
+# the backward), CAND_PATCH (a patch that writes the candidate form, applied to this checkout first: a change
+# prepared against a commit and run on a copy of it), CAND_SHAPES (d:N:causal comma list, default
+# bench/candidate_ab.py's; CAND_SHAPES_BWD for the backward where both run), CAND_ROUNDS (default 20),
+# CAND_CALLS (default 10), CAND_TESTS=0 (no tests and sanitizers), JOBS (default the CPU count).
+# Writes OUT/gpu.txt, OUT/checks.txt, OUT/ab.txt, OUT/ab.json (ab-fwd.json and ab-bwd.json where both run) and
+# OUT/logs.tar.gz; the build goes to build-cand in the repository.
 set -uo pipefail
 
 [ $# -eq 1 ] || { echo "usage: $0 OUT" >&2; exit 2; }
@@ -75,11 +76,25 @@ bash "$HERE/ptxas_summary.sh" "$log" >>"$checks"
 PY=$(mktemp -d)
 EXT=$(find "$BUILD" -name '_ext*.so' -print -quit)
 mkdir -p "$PY/flashattn" && cp "$ROOT"/python/flashattn/*.py "$EXT" "$PY/flashattn/"
-ab_args=(--algo "$ALGO")
-[ "${CAND_BACKWARD:-0}" = 1 ] && ab_args+=(--backward)
-[ -n "${CAND_SHAPES:-}" ] && ab_args+=(--shapes "$CAND_SHAPES")
-PYTHONPATH=$PY${PYTHONPATH:+:$PYTHONPATH} python3 "$ROOT/bench/candidate_ab.py" "${ab_args[@]}" \
-  --rounds "${CAND_ROUNDS:-20}" --calls "${CAND_CALLS:-10}" --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.txt"
+case ${CAND_BACKWARD:-0} in
+  1) dirs=(bwd) ;;
+  both) dirs=(fwd bwd) ;;
+  *) dirs=(fwd) ;;
+esac
+: >"$OUT/ab.txt"
+for dir in "${dirs[@]}"; do
+  ab_args=(--algo "$ALGO")
+  shapes=${CAND_SHAPES:-}
+  if [ "$dir" = bwd ]; then
+    ab_args+=(--backward)
+    shapes=${CAND_SHAPES_BWD:-$shapes}
+  fi
+  [ -n "$shapes" ] && ab_args+=(--shapes "$shapes")
+  json=$OUT/ab.json
+  [ ${#dirs[@]} -gt 1 ] && json=$OUT/ab-$dir.json
+  PYTHONPATH=$PY${PYTHONPATH:+:$PYTHONPATH} python3 "$ROOT/bench/candidate_ab.py" "${ab_args[@]}" \
+    --rounds "${CAND_ROUNDS:-20}" --calls "${CAND_CALLS:-10}" --json "$json" 2>&1 | tee -a "$OUT/ab.txt"
+done
 rm -rf "$PY"
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs"
 echo "done after $(elapsed)"
