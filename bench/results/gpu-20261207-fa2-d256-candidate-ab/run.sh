@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (~280 s): candidate.patch applied to the copy on the GPU machine, then scripts/candidate_ab.sh
+# Device call (~300 s): candidate.patch applied to the copy on the GPU machine, then scripts/candidate_ab.sh
 # for the fa2 forward and backward (CAND_BACKWARD=both) with the candidate's fa2 GPU tests, memcheck and
 # racecheck (CAND_TESTS=0 for timing only). The patch is against the commit in index.json.
 # On the GPU machine: bash bench/results/gpu-20261207-fa2-d256-candidate-ab/run.sh $OUT
