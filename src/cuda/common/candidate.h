@@ -20,4 +20,13 @@ constexpr const char* kFa3CandidateEnv = "FLASHATTN_FA3_CANDIDATE";
 // Appended to the kernel name a call reports when it ran the candidate form.
 constexpr const char* kCandidateSuffix = "_candidate";
 
+// Whether this call runs the fa2 candidate form: never in a build without one.
+inline bool fa2_candidate_requested() {
+#if defined(FLASHATTN_FA2_CANDIDATE)
+  return candidate_requested(kFa2CandidateEnv);
+#else
+  return false;
+#endif
+}
+
 }  // namespace flashattn::cuda

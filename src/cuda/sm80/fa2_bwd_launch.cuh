@@ -68,7 +68,7 @@ Status run(const detail::Problem& p, const Context& ctx) {
   }
 
   if (p.seqlen_k > 0 && p.batch > 0) {
-    s = with_dkdv_config<T, D>(ctx.smem_optin, candidate_requested(kFa2CandidateEnv), [&](auto cfg) -> Status {
+    s = with_dkdv_config<T, D>(ctx.smem_optin, fa2_candidate_requested(), [&](auto cfg) -> Status {
       using KCfg = decltype(cfg);
       auto* kernel = p.softcap > 0.0f ? dkdv_kernel<KCfg, true> : dkdv_kernel<KCfg, false>;
       FA_CUDA_RETURN_IF_ERROR(

@@ -104,7 +104,7 @@ Status launch(const detail::Problem& prob, const Context& ctx) {
 template <typename Cfg, typename T>
 Status launch_form(const detail::Problem& prob, const Context& ctx) {
 #if defined(FLASHATTN_FA2_CANDIDATE)
-  if (candidate_requested(kFa2CandidateEnv)) return launch<typename fa2::FwdCandidateOf<Cfg>::type, T>(prob, ctx);
+  if (fa2_candidate_requested()) return launch<typename fa2::FwdCandidateOf<Cfg>::type, T>(prob, ctx);
 #endif
   return launch<Cfg, T>(prob, ctx);
 }
@@ -158,9 +158,7 @@ Status fa2_supports(const detail::Problem& p, const Context& ctx, std::string* k
   if (kernel != nullptr) {
     *kernel = std::string("fa2_fwd_sm80_") + dtype_tag(p.dtype) + "_hd" + std::to_string(shape.head_dim) + "_m" +
               std::to_string(shape.block_m) + "n" + std::to_string(shape.block_n);
-#if defined(FLASHATTN_FA2_CANDIDATE)
-    if (candidate_requested(kFa2CandidateEnv)) *kernel += kCandidateSuffix;
-#endif
+    if (fa2_candidate_requested()) *kernel += kCandidateSuffix;
   }
   return Status::Ok();
 }
