@@ -14,8 +14,9 @@
 #
 # Usage: bash scripts/candidate_ab.sh OUT
 # Environment: CAND_ALGO (fa3 or fa2), CAND_BACKWARD=1 (fa2 only; CAND_BACKWARD=both times the forward, then
-# the backward), CAND_PATCH (a patch that writes the candidate form, applied to this checkout first: a change
-# prepared against a commit and run on a copy of it), CAND_SHAPES (d:N:causal comma list, default
+# the backward), CAND_PATCH (patches that write the candidate form, space-separated, applied to this checkout
+# first in that order: changes prepared against a commit and run on a copy of it; several at once where they
+# change disjoint kernels), CAND_SHAPES (d:N:causal comma list, default
 # bench/candidate_ab.py's; CAND_SHAPES_BWD for the backward where both run), CAND_ROUNDS (default 20),
 # CAND_CALLS (default 10), CAND_TESTS=0 (no tests and sanitizers), JOBS (default the CPU count).
 # Writes OUT/gpu.txt, OUT/checks.txt, OUT/ab.txt, OUT/ab.json (ab-fwd.json and ab-bwd.json where both run) and
@@ -40,13 +41,13 @@ fa2_form=OFF fa3_form=OFF
 [ "$ALGO" = fa2 ] && fa2_form=ON || fa3_form=ON
 t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
-if [ -n "${CAND_PATCH:-}" ]; then
+for patch_file in ${CAND_PATCH:-}; do
   if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-    git -C "$ROOT" apply "$(realpath "$CAND_PATCH")" || { echo "CAND_PATCH does not apply" >&2; exit 1; }
+    git -C "$ROOT" apply "$(realpath "$patch_file")" || { echo "CAND_PATCH $patch_file does not apply" >&2; exit 1; }
   else
-    patch -d "$ROOT" -p1 -N -s <"$CAND_PATCH" || { echo "CAND_PATCH does not apply" >&2; exit 1; }
+    patch -d "$ROOT" -p1 -N -s <"$patch_file" || { echo "CAND_PATCH $patch_file does not apply" >&2; exit 1; }
   fi
-fi
+done
 mkdir -p "$OUT/logs"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"; } |
   tee "$OUT/gpu.txt"
