@@ -96,6 +96,18 @@ def torch_and_flashattn(prog):
     return torch, flashattn
 
 
+# FLOPs counted as in the FlashAttention papers: forward 4*b*h*N*N*d, half of it under a causal mask, the
+# backward 2.5x the forward.
+BACKWARD_FLOP_FACTOR = 2.5
+CAUSAL_FLOP_FACTOR = 0.5
+
+
+def attention_flops(b, h, n, d, causal, backward=False):
+    """The papers' FLOP count of one attention call on b x h heads of N queries and keys of head dim d."""
+    flops = 4.0 * b * h * n * n * d * (CAUSAL_FLOP_FACTOR if causal else 1.0)
+    return flops * (BACKWARD_FLOP_FACTOR if backward else 1.0)
+
+
 def parse_shapes(text):
     """A comma list of d:N:causal (causal: 1/0, yes/no, true/false) as (d, N, causal) triples."""
     shapes = []

@@ -31,12 +31,11 @@ import os
 import statistics
 import sys
 
-from bench_common import (HIDDEN, TOKENS, parse_shapes, queued_event_times, run_commit, torch_and_flashattn,
-                          uniform, utc_date, write_json)
+from bench_common import (HIDDEN, TOKENS, attention_flops, parse_shapes, queued_event_times, run_commit,
+                          torch_and_flashattn, uniform, utc_date, write_json)
 from interleaved import warm
 
 ALGOS = ("fa3", "fa2")
-BACKWARD_FLOP_FACTOR = 2.5
 DEFAULT_SHAPES = "128:512:0,128:1024:0,64:1024:1"
 SIDES = ("shipped", "candidate")
 
@@ -132,8 +131,7 @@ def main(argv):
             for r in range(args.rounds):
                 for side in (SIDES if r % 2 == 0 else SIDES[::-1]):
                     rounds[side].append(queued_event_times(torch, calls[side], args.calls))
-            flops = 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
-            flops *= BACKWARD_FLOP_FACTOR if args.backward else 1.0
+            flops = attention_flops(b, h, n, d, causal, args.backward)
             row = {"d": d, "N": n, "b": b, "h": h, "causal": causal, **summarize(rounds), "max_abs_diff": diff,
                    "kernels": kernels}
             row["shipped_tflops"] = flops / (row["shipped_ms"] * 1e-3) / 1e12

@@ -28,11 +28,10 @@ import statistics
 import sys
 import time
 
-from bench_common import (HEAD_DIMS, HIDDEN, SEQLENS, TOKENS, parse_shapes, queued_event_times, run_commit,
-                          sdpa_backend_kinds, torch_and_flashattn, uniform, utc_date, write_json)
+from bench_common import (HEAD_DIMS, HIDDEN, SEQLENS, TOKENS, attention_flops, parse_shapes, queued_event_times,
+                          run_commit, sdpa_backend_kinds, torch_and_flashattn, uniform, utc_date, write_json)
 
 QUICK_SHAPES = "64:512:0,64:512:1,128:512:0,128:512:1,256:512:0,128:2048:0,128:8192:0,64:8192:1"
-BACKWARD_FLOP_FACTOR = 2.5
 
 
 def parse_args(argv):
@@ -137,7 +136,7 @@ def main(argv):
                     warm(torch, [fn], args.warmup_ms)
                     for _ in range(args.rounds):
                         times[name] += queued_event_times(torch, fn, args.calls)
-        flops = 4.0 * b * h * n * n * d * (0.5 if causal else 1.0) * (BACKWARD_FLOP_FACTOR if backward else 1.0)
+        flops = attention_flops(b, h, n, d, causal, backward)
         ms = {name: statistics.median(t) for name, t in times.items()}
         row = {"d": d, "N": n, "b": b, "h": h, "causal": causal, "ours_ms": ms["ours"], "peer_ms": ms["peer"],
                "ours_tflops": flops / (ms["ours"] * 1e-3) / 1e12, "peer_tflops": flops / (ms["peer"] * 1e-3) / 1e12,

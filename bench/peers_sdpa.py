@@ -20,13 +20,11 @@ import statistics
 import sys
 import time
 
-from bench_common import (HEAD_DIMS, HIDDEN, MS_PER_S, SEQLENS, TOKENS, copy_ceiling_tbps, sdpa_backend_kinds,
-                          start_peer_result, torch_and_backends, uniform, write_json)
+from bench_common import (HEAD_DIMS, HIDDEN, MS_PER_S, SEQLENS, TOKENS, attention_flops, copy_ceiling_tbps,
+                          sdpa_backend_kinds, start_peer_result, torch_and_backends, uniform, write_json)
 
 QUICK_HEAD_DIMS = (64, 128)  # the trimmed sweep of `flashattn bench --gpu --quick`
 QUICK_SEQLENS = (1024, 4096, 16384)
-BACKWARD_FLOP_FACTOR = 2.5
-CAUSAL_FLOP_FACTOR = 0.5
 GEMM_SIZE = 8192
 COPY_BYTES = 2 << 30  # 2 GiB source: far larger than L2
 
@@ -58,10 +56,6 @@ def sweep_shapes(args):
         return seen
     dims, lens = (QUICK_HEAD_DIMS, QUICK_SEQLENS) if args.quick else (HEAD_DIMS, SEQLENS)
     return [(d, n, causal) for d in dims for n in lens for causal in (False, True)]
-
-
-def forward_flops(b, h, n, d, causal):
-    return 4.0 * b * h * n * n * d * (CAUSAL_FLOP_FACTOR if causal else 1.0)
 
 
 class Timer:
@@ -138,8 +132,7 @@ def sdpa_rows(torch, timer, shapes, backends):
                     skipped.append(dict(base, reason=str(e).splitlines()[0][:200]))
                     print(f"{name:6s} {direction} d {d:3d} N {n:5d} causal {int(causal)}  skipped", flush=True)
                     continue
-                factor = BACKWARD_FLOP_FACTOR if direction == "bwd" else 1.0
-                tflops = factor * forward_flops(b, h, n, d, causal) / (ms / MS_PER_S) / 1e12
+                tflops = attention_flops(b, h, n, d, causal, direction == "bwd") / (ms / MS_PER_S) / 1e12
                 rows.append(dict(base, ms=ms, tflops=tflops))
                 print(f"{name:6s} {direction} d {d:3d} N {n:5d} causal {int(causal)}  {ms:9.3f} ms "
                       f"{tflops:7.1f} TFLOP/s", flush=True)
