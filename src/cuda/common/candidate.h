@@ -20,10 +20,17 @@ constexpr const char* kFa3CandidateEnv = "FLASHATTN_FA3_CANDIDATE";
 // Appended to the kernel name a call reports when it ran the candidate form.
 constexpr const char* kCandidateSuffix = "_candidate";
 
-// Whether this call runs the fa2 candidate form: never in a build without one.
+// Whether this call runs the fa2 (fa3) candidate form: never in a build without one.
 inline bool fa2_candidate_requested() {
 #if defined(FLASHATTN_FA2_CANDIDATE)
   return candidate_requested(kFa2CandidateEnv);
+#else
+  return false;
+#endif
+}
+inline bool fa3_candidate_requested() {
+#if defined(FLASHATTN_FA3_CANDIDATE)
+  return candidate_requested(kFa3CandidateEnv);
 #else
   return false;
 #endif

@@ -106,7 +106,7 @@ Status check(const Problem& p, const Context& ctx, std::string* kernel) {
                                 std::to_string(kMaxGridYz) + " of each");
   size_t smem = 0;
   std::string name;
-  fa2_bwd::with_dkdv_config<T, D>(ctx.smem_optin, fa2_candidate_requested(), [&](auto cfg) {
+  fa2_bwd::with_dkdv_config<T, D>(ctx.smem_optin, [&](auto cfg) {
     using KCfg = decltype(cfg);
     smem = std::max<size_t>(KCfg::kSmemBytes, p.deterministic ? QCfg::kSmemBytes : 0);
     name = kernel_name<KCfg>(p.deterministic);

@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/candidate.h"
+
 namespace flashattn::cuda::fa2_bwd {
 
 // Shared-memory tiles of 16-bit elements are padded by 16 bytes per row: with a row stride of
@@ -170,7 +172,7 @@ struct DkdvConfig {
 
 // Calls fn(Cfg{}) with the dK/dV configuration to run on a device that allows smem_optin bytes of shared
 // memory per block: the preferred one, or the 64-row tile where the preferred one does not fit; its
-// candidate form where the build has one (FLASHATTN_FA2_CANDIDATE) and `candidate` asks for it.
+// candidate form where the build has one and the call asks for it (fa2_candidate_requested).
 template <typename T, int D, bool kCandidate, class Fn>
 auto with_dkdv_form(size_t smem_optin, Fn&& fn) {
   using Preferred = DkdvConfig<T, D, preferred_block_m(D), kCandidate>;
@@ -180,11 +182,9 @@ auto with_dkdv_form(size_t smem_optin, Fn&& fn) {
   return fn(Preferred{});
 }
 template <typename T, int D, class Fn>
-auto with_dkdv_config(size_t smem_optin, bool candidate, Fn&& fn) {
+auto with_dkdv_config(size_t smem_optin, Fn&& fn) {
 #if defined(FLASHATTN_FA2_CANDIDATE)
-  if (candidate) return with_dkdv_form<T, D, true>(smem_optin, fn);
-#else
-  (void)candidate;
+  if (fa2_candidate_requested()) return with_dkdv_form<T, D, true>(smem_optin, fn);
 #endif
   return with_dkdv_form<T, D, false>(smem_optin, fn);
 }

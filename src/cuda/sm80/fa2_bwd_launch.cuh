@@ -9,7 +9,6 @@
 
 #include <algorithm>
 
-#include "cuda/common/candidate.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/stream_buffer.h"
 #include "cuda/launch.h"
@@ -68,7 +67,7 @@ Status run(const detail::Problem& p, const Context& ctx) {
   }
 
   if (p.seqlen_k > 0 && p.batch > 0) {
-    s = with_dkdv_config<T, D>(ctx.smem_optin, fa2_candidate_requested(), [&](auto cfg) -> Status {
+    s = with_dkdv_config<T, D>(ctx.smem_optin, [&](auto cfg) -> Status {
       using KCfg = decltype(cfg);
       auto* kernel = p.softcap > 0.0f ? dkdv_kernel<KCfg, true> : dkdv_kernel<KCfg, false>;
       FA_CUDA_RETURN_IF_ERROR(

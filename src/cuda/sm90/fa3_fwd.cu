@@ -191,9 +191,7 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
     if (p.head_dim != d) *kernel += "_d" + std::to_string(p.head_dim);  // its partial-column form
     const int group = variant == Fa3Variant::kFull ? fa3::fa3_pack_group(p, 64 * fa3::fa3_consumers(p)) : 1;
     if (group > 1) *kernel += "_gqa" + std::to_string(group);  // GQA-packed tiles
-#if defined(FLASHATTN_FA3_CANDIDATE)
-    if (variant == Fa3Variant::kFull && fa3::fa3_candidate_requested()) *kernel += kCandidateSuffix;
-#endif
+    if (variant == Fa3Variant::kFull && fa3_candidate_requested()) *kernel += kCandidateSuffix;
   }
   return Status::Ok();
 }

@@ -122,9 +122,7 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
   return own_counter.release();
 }
 
-// Builds with FLASHATTN_FA3_CANDIDATE=ON (Fa3Config::kCandidate): whether this call runs the candidate form
-// (cuda/common/candidate.h).
-inline bool fa3_candidate_requested() { return candidate_requested(kFa3CandidateEnv); }
+// The candidate form of a full kernel configuration (Fa3Config::kCandidate, cuda/common/candidate.h).
 template <typename Cfg>
 struct CandidateOf;
 template <int D, int C, int N, int S, bool kWs, bool kPing, bool kOverlap, bool kAbl, bool kPart, bool kPack>
