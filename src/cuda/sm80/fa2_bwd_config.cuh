@@ -71,13 +71,18 @@ struct DkdvConfig {
   static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * kWarpSize;
-  static constexpr int kStages = 2;  // query-side tiles (Q, dO, LSE, D) are double-buffered
+  // Query-side tiles (Q, dO, LSE, D) are double-buffered. Three stages at d = 64 (215 KB of shared memory,
+  // two tiles' copies in flight behind the one computed on) were 0.2-0.4% faster in one process
+  // (bench/results/h100-20261207-fa2-d64-three-stages-ab/, H100, 30 rounds): the copies already land in time.
+  static constexpr int kStages = 2;
   // Every tile product is fully unrolled (warp_mma, where the measurements are).
   // Software-pipelined fragment loads in every product (warp_mma's kPrefetch):
   // measured 5% faster at d = 64 and 1.5% slower at d = 256. At d = 128 separate programs per tree read it
   // within their noise (1-2%), in a form that spilled on sm_80; timed in one process against the form
   // without (bench/results/h200-20261206-fa2-bwd-candidate-ab/, H200, 30 rounds) it is 2.0-2.4% faster
-  // (N 2048 and 8192), and it fits in 251-254 registers without spills on sm_80 and sm_90a.
+  // (N 2048 and 8192), and it fits in 251-254 registers without spills on sm_80 and sm_90a. At d = 256 the
+  // same one-process timing confirmed the loss: 2.2-2.6% slower (bench/results/h100-20261207-fa2-d256-candidate-ab/,
+  // H100).
   static constexpr bool kPrefetchFragments = kHeadDim <= 128;
   // Each CTA starts its walk over the query tiles at its own row block (its KV tile's index, modulo the
   // range) and wraps around, instead of every CTA of a head starting at the first. Measured on the H200

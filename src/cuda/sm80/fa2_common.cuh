@@ -95,7 +95,8 @@ struct FwdConfig {
   // H200 (bench/results/h200-20261202-shortn-ab/): head dim 64 1-4.5% faster, 256 1% slower. At 128 that
   // form spilled while the kernel carried the softcap code; without it (the kSoftcap template) it fits in
   // 255 registers and measured 0-3.7% faster (bench/results/h200-20261203-fa2-fwd-fold128/). Head dims up
-  // to 128.
+  // to 128: at 256 it measured 0.2-0.7% slower again, timed in one process against the form without
+  // (bench/results/h100-20261207-fa2-d256-fold-ab/, H100).
   static constexpr bool kFoldScale = kHeadDim_ <= 128;
   // FA4's conditional rescale (fa2_fwd_kernel.cuh). Measured on the H200
   // (bench/results/h200-20261203-fa2-fwd-cond-rescale/): head dim 64 -0.6..+5.1%, 128 +2.3..+6.0%, 256

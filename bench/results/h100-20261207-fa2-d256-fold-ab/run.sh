@@ -2,7 +2,7 @@
 # Device call (~150 s): candidate.patch applied to the copy on the GPU machine, then scripts/candidate_ab.sh
 # for the fa2 forward with the candidate's fa2 GPU tests, memcheck and racecheck (CAND_TESTS=0 for timing
 # only). The patch is against the commit in index.json.
-# On the GPU machine: bash bench/results/gpu-20261207-fa2-d256-fold-ab/run.sh $OUT
+# On the GPU machine: bash bench/results/h100-20261207-fa2-d256-fold-ab/run.sh $OUT
 set -uo pipefail
 D=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CAND_ALGO=fa2 CAND_TESTS=${CAND_TESTS:-1} CAND_PATCH="$D/candidate.patch" \
