@@ -26,7 +26,9 @@ using fa2::FwdConfig;
 // memory each at head dim 256): one CTA's loads and barriers then overlap the other's GEMMs. Against eight
 // warps on 128-row tiles with double buffers (one CTA per SM, the same instruction count; Nsight Compute
 // had it waiting on its copies and barriers) this is 5-7% faster at head dim 256, 5-13% under a causal
-// mask (H200, bench/results/h200-20261202-epilogue-ab/).
+// mask (H200, bench/results/h200-20261202-epilogue-ab/); eight warps on 128-row tiles with single buffers (one
+// CTA per SM, PyTorch FA2's tile at this head dim on sm90) 7-11% slower, timed in one process against this
+// tile (H100, bench/results/h100-20261207-fa2-d256-candidate-ab/).
 // K and V in swizzled dense rows (fa2_common.cuh) at head dims 192 and 256 only: at 256 they measured 3-7%
 // faster than padded rows, at 64 and 128 3% and 5% slower (geometric means over the sweep; H200,
 // bench/results/h200-20261202-fa2-swizzle-ab/); head dim 96 has no whole groups of 8 chunks to swizzle.
@@ -46,8 +48,18 @@ struct KernelShape {
 };
 
 template <typename Cfg>
-KernelShape shape_of() {
+KernelShape shape_of_form() {
   return KernelShape{Cfg::kHeadDim, Cfg::kBlockM, Cfg::kBlockN, Cfg::kWarps, Cfg::kSmemBytes};
+}
+
+// The shape of the form that runs: the candidate's (FwdCandidateOf may change the tile) where the build has
+// one and the call asks for it, so that its name and shared-memory check are its own.
+template <typename Cfg>
+KernelShape shape_of() {
+#if defined(FLASHATTN_FA2_CANDIDATE)
+  if (fa2_candidate_requested()) return shape_of_form<typename fa2::FwdCandidateOf<Cfg>::type>();
+#endif
+  return shape_of_form<Cfg>();
 }
 
 // The kernel that serves head_dim (padded up when needed); head_dim 0 when none does.
