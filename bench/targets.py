@@ -2,7 +2,8 @@
 """The performance targets read off one results folder: each target, the figure that decides it, met or not.
 
 Reads what scripts/gpu_check.sh writes there: bench.json (the forward and backward sweep with SDPA's flash and
-cuDNN backends, fa2 against `standard`, the GEMM ceiling) and decode.json (the decode table with its peers).
+cuDNN backends, fa2 against `standard`, the GEMM ceiling) and decode.json (the decode table with its peers, and
+where present ours against cuDNN in one process, bench/decode_ab.py, read as a second line of that target).
 Where the folder also holds bench/interleaved.py's separate-mode results (`*-separate.json`: each side warmed
 up and timed alone, the figures the ratio targets are read against, docs/performance.md), those decide the
 ratio targets they cover instead of the two-program sweep; the source column says which decided.
@@ -129,6 +130,15 @@ def decode_targets(decode):
     out.append(verdict("decode never below SDPA cuDNN", "decode.json",
                        ", ".join(f"{name(k)} {x:.3f}x" for k, x in vs),
                        [f"{name(k)} {x:.3f}x" for k, x in vs if x < DECODE_OVER_CUDNN], bool(vs)))
+    # The same target read in one process, the sides alternating (bench/decode_ab.py), where the run has it:
+    # the per-round ratios' median of our heuristic side against the peer.
+    one = (decode or {}).get("one_process") or {}
+    if one.get("peer") == "cudnn":
+        op = [((r["b"], r["seqlen_k"]), r["ours"]["ours"]["round_ratio_median"]) for r in one.get("rows", [])
+              if "ours" in r.get("ours", {})]
+        out.append(verdict("decode never below SDPA cuDNN (one process)", "decode.json (one_process)",
+                           ", ".join(f"{name(k)} {x:.3f}x" for k, x in op),
+                           [f"{name(k)} {x:.3f}x" for k, x in op if x < DECODE_OVER_CUDNN], bool(op)))
     pc = [(k, paged[k]["ours_TBps"] / contiguous[k]["ours_TBps"]) for k in contiguous if k in paged]
     out.append(verdict(f"decode paged within {1 - PAGED_OVER_CONTIGUOUS:.0%} of contiguous", "decode.json",
                        ", ".join(f"{name(k)} {x:.3f}" for k, x in pc),

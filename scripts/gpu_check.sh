@@ -5,7 +5,9 @@
 #   ctest -L gpu and -L cli, with pytest of tests/python beside them when the Python extension can be built;
 #   compute-sanitizer memcheck and racecheck on a few small GPU tests; SASS of the attention kernels with
 #   their HMMA/HGMMA counts; the benchmark (`flashattn bench --gpu`, PyTorch SDPA peers, merged); fa3 and
-#   fa2 against cuDNN and flash in one process with alternating rounds (bench/interleaved.py --quick).
+#   fa2 against cuDNN and flash in one process with alternating rounds (bench/interleaved.py --quick); the
+#   decode tests and bandwidth benchmark with the SDPA peers, and ours against cuDNN in one process
+#   (bench/decode_ab.py).
 #
 # Usage: bash scripts/gpu_check.sh [results-dir]        (default bench/results/gpu-<UTC date>)
 # Writes at most eight files there: build.log, tests.log, sanitizer.log, sass_summary.txt, bench.json,
@@ -353,12 +355,13 @@ PY
 fi
 
 # ---- decode (KV cache): split-KV tests, bandwidth benchmark, SDPA peers ---------------------------------
-# decode.json: `flashattn bench --gpu --decode` merged with bench/peers_decode.py by bench/compare.py.
+# decode.json: `flashattn bench --gpu --decode` merged with bench/peers_decode.py by bench/compare.py, and
+# ("one_process") ours against SDPA cuDNN in one process, alternating rounds (bench/decode_ab.py).
 if [ "$BENCH_MODE" = off ]; then
   row decode skipped "FLASHATTN_BENCH=off"
 elif [ ! -x "$CLI" ] || [ ! -x "$GPU_TESTS" ]; then
   row decode skipped "no flashattn CLI or GPU test binary"
-elif time_for decode 50; then
+elif time_for decode 65; then
   t0=$(date +%s)
   section "decode tests (--gtest_filter=*DecodeGpu*)" >>"$TESTS_LOG"
   "$GPU_TESTS" --gtest_filter='*DecodeGpu*' >>"$TESTS_LOG" 2>&1
@@ -372,6 +375,21 @@ elif time_for decode 50; then
     python3 "$ROOT/bench/compare.py" --ours "$TMP/decode_ours.json" --peers "$TMP/decode_peers.json" \
       --out "$OUT/decode.json" >"$TMP/decode_compare.txt" 2>&1
     cat "$TMP/decode_compare.txt" >>"$TESTS_LOG"
+  fi
+  if [ -d "$TMP/py/flashattn" ] && [ -f "$OUT/decode.json" ]; then
+    section "bench/decode_ab.py" >>"$TESTS_LOG"
+    PYTHONPATH=$TMP/py${PYTHONPATH:+:$PYTHONPATH} python3 "$ROOT/bench/decode_ab.py" --rounds 10 --warmup-ms 600 \
+      --json "$TMP/decode_ab.json" >"$TMP/decode_ab.txt" 2>&1
+    cat "$TMP/decode_ab.txt" >>"$TESTS_LOG"
+    cat "$TMP/decode_ab.txt" >>"$TMP/decode_compare.txt"
+    if [ -f "$TMP/decode_ab.json" ]; then
+      python3 - "$OUT/decode.json" "$TMP/decode_ab.json" >>"$TESTS_LOG" 2>&1 <<'PY'
+import json, sys
+decode = json.load(open(sys.argv[1]))
+decode["one_process"] = json.load(open(sys.argv[2]))
+json.dump(decode, open(sys.argv[1], "w"), indent=1)
+PY
+    fi
   fi
   if [ $dec_test_rc -eq 0 ] && [ $dec_bench_rc -eq 0 ]; then row decode ok "tests and bench ($(elapsed "$t0"))"
   else row decode FAILED "tests rc $dec_test_rc, bench rc $dec_bench_rc (tests.log)"; fi

@@ -1,5 +1,6 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
 the median of the timed calls), the commit the merged results record, and the merged decode table; the
+one-process decode comparison's arguments, round order and per-round ratios (bench/decode_ab.py); the
 targets report of bench/targets.py; the profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
 scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh, the source trees
 of scripts/ab_trees.sh and the probe of scripts/fa3_probe.sh; and the SASS counts and the overlap check of
@@ -28,6 +29,7 @@ import ab_table  # noqa: E402
 import bench_common  # noqa: E402
 import candidate_ab  # noqa: E402
 import compare  # noqa: E402
+import decode_ab  # noqa: E402
 import decode_lab  # noqa: E402
 import interleaved  # noqa: E402
 import launch_gaps  # noqa: E402
@@ -138,6 +140,45 @@ def test_candidate_ab_per_round_ratios_do_not_see_a_clock_drift():
     # A slower candidate reads below 1.
     slower = candidate_ab.summarize({"shipped": rounds["candidate"], "candidate": rounds["shipped"]})
     assert slower["round_ratio_median"] == pytest.approx(1 / 1.04)
+
+
+def test_decode_ab_parses_shapes_and_split_counts_and_refuses_bad_ones():
+    args = decode_ab.parse_args([])
+    assert args.shape_list == [(1, 32768), (1, 131072), (16, 8192), (64, 4096)]
+    assert args.split_list == [0] and args.peer == "cudnn" and args.rounds == 20
+    args = decode_ab.parse_args(["--shapes", "64:4096,16:8192", "--splits", "0,2", "--peer", "flash"])
+    assert args.shape_list == [(64, 4096), (16, 8192)] and args.split_list == [0, 2]
+    assert [decode_ab.side_name(s) for s in args.split_list] == ["ours", "ours_s2"]
+    for bad in (["--shapes", "64"], ["--shapes", "0:4096"], ["--shapes", "4:x"], ["--splits", "0,0"],
+                ["--splits", "-1"], ["--splits", ""], ["--rounds", "1"]):
+        with pytest.raises(SystemExit):
+            decode_ab.parse_args(bad)
+
+
+def test_decode_ab_rotates_the_order_so_each_side_takes_each_place_equally():
+    sides = ["peer", "ours", "ours_s2"]
+    orders = [decode_ab.round_order(sides, r) for r in range(6)]
+    assert orders[0] == sides and orders[1] == ["ours", "ours_s2", "peer"] and orders[3] == sides
+    for order in orders:
+        assert sorted(order) == sorted(sides)
+    for place in range(3):
+        assert sorted(order[place] for order in orders) == sorted(sides * 2)
+    assert [decode_ab.round_order(["peer", "ours"], r) for r in range(2)] == [["peer", "ours"], ["ours", "peer"]]
+
+
+def test_decode_ab_per_round_ratios_do_not_see_a_clock_drift():
+    # The clock slows both sides alike from round to round; ours is 2% faster in each round.
+    drift = [1.0 + 0.05 * r for r in range(5)]
+    peer = [[0.102 * f, 0.102 * f, 0.103 * f] for f in drift]
+    ours = [[0.100 * f, 0.100 * f, 0.101 * f] for f in drift]
+    c = decode_ab.compare_rounds(peer, ours)
+    assert c["round_ratio_median"] == pytest.approx(1.02) and c["round_ratio_q1"] == pytest.approx(1.02)
+    assert c["ratio"] == pytest.approx(c["peer_ms"] / c["ms"])
+    assert decode_ab.compare_rounds(ours, peer)["round_ratio_q3"] == pytest.approx(1 / 1.02)
+    with pytest.raises(ValueError):
+        decode_ab.compare_rounds(peer, ours[:3])
+    # 1 GB read in 0.25 ms is 4 TB/s.
+    assert decode_ab.tbps(1e9, 0.25) == pytest.approx(4.0)
 
 
 def test_interleaved_warm_up_alternates_the_sides_until_the_time_has_passed():
@@ -846,6 +887,20 @@ def test_targets_read_a_results_folder(tmp_path, capsys):
     assert by_start("fa3 >= 1.10x")["met"] and by_start("fa3 >= 0.95x")["met"]
     assert "fwd-fa3-cudnn-separate.json, commit def5678" in by_start("fa3 >= 1.10x")["source"]
     assert not by_start("fa2 fwd")["met"]  # no separate file for fa2: the sweep still decides
+    assert not any(name.endswith("(one process)") for name in got)  # decode.json has no one-process rows
+
+    # Ours against cuDNN in one process (bench/decode_ab.py) adds its own line; the two-program line stays.
+    decode["one_process"] = {"benchmark": "decode_ab", "peer": "cudnn", "rows": [
+        {"b": 1, "seqlen_k": 32768, "ours": {"ours": {"round_ratio_median": 1.04}}},
+        {"b": 64, "seqlen_k": 4096, "ours": {"ours": {"round_ratio_median": 0.997},
+                                             "ours_s2": {"round_ratio_median": 1.01}}},
+    ]}
+    (tmp_path / "decode.json").write_text(json.dumps(decode))
+    assert targets.main([str(tmp_path), "--json", str(out)]) == 0
+    got = {t["target"]: t for t in json.loads(out.read_text())["targets"]}
+    one = got["decode never below SDPA cuDNN (one process)"]
+    assert not one["met"] and one["misses"] == ["64 x 4096 0.997x"] and "one_process" in one["source"]
+    assert got["decode never below SDPA cuDNN"]["misses"] == ["64 x 4096 0.990x"]
 
 
 def test_targets_refuse_a_folder_without_results(tmp_path):
