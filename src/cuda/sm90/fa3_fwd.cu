@@ -186,10 +186,12 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
     return Status::NotSupported("algorithm fa3: the driver offers no cuTensorMapEncodeTiled");
   if (kernel != nullptr) {
     const int d = fa3::fa3_kernel_head_dim(p.head_dim);
+    const int consumers = fa3::fa3_consumers(p);
+    const int block_n = variant == Fa3Variant::kFull ? fa3::fa3_run_block_n(d, consumers) : fa3::fa3_block_n(d);
     *kernel = std::string("fa3_fwd_sm90_") + dtype_tag(p.dtype) + "_hd" + std::to_string(d) + "_m" +
-              std::to_string(64 * fa3::fa3_consumers(p)) + "n" + std::to_string(fa3::fa3_block_n(d));
+              std::to_string(64 * consumers) + "n" + std::to_string(block_n);
     if (p.head_dim != d) *kernel += "_d" + std::to_string(p.head_dim);  // its partial-column form
-    const int group = variant == Fa3Variant::kFull ? fa3::fa3_pack_group(p, 64 * fa3::fa3_consumers(p)) : 1;
+    const int group = variant == Fa3Variant::kFull ? fa3::fa3_pack_group(p, 64 * consumers) : 1;
     if (group > 1) *kernel += "_gqa" + std::to_string(group);  // GQA-packed tiles
     if (variant == Fa3Variant::kFull && fa3_candidate_requested()) *kernel += kCandidateSuffix;
   }

@@ -139,6 +139,22 @@ Status launch_shipped(const detail::Problem& prob, const Context& ctx) {
   return launch_config<Cfg, T>(prob, ctx);
 }
 
+// The key-block width of the full kernel a call runs, for its name: the candidate form's where the build has
+// one and the call asks for it (a candidate may change the tile), fa3_block_n otherwise.
+inline int fa3_run_block_n(int head_dim, int consumers) {
+#if defined(FLASHATTN_FA3_CANDIDATE)
+  if (fa3_candidate_requested()) {
+    if (head_dim == 64)
+      return consumers == 3 ? CandidateOf<ConfigFor<64, true, true, true, 3>>::type::kBlockN
+                            : CandidateOf<ConfigFor<64, true, true, true, 2>>::type::kBlockN;
+    if (head_dim == 128) return CandidateOf<ConfigFor<128>>::type::kBlockN;
+    return CandidateOf<ConfigFor<256>>::type::kBlockN;
+  }
+#endif
+  (void)consumers;
+  return fa3_block_n(head_dim);
+}
+
 // The full kernel (kConsumers: fa3_consumers of the problem where a head dim has two tile shapes), on the
 // kernel of kHeadDim columns or, for a smaller head dim, its partial-column form (Fa3Config::kPartialCols).
 template <int kHeadDim, typename T, int kConsumers = fa3_consumers(kHeadDim)>
