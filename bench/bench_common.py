@@ -8,6 +8,7 @@ The scripts import it by name: Python puts a script's own folder first on sys.pa
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -106,6 +107,21 @@ def attention_flops(b, h, n, d, causal, backward=False):
     """The papers' FLOP count of one attention call on b x h heads of N queries and keys of head dim d."""
     flops = 4.0 * b * h * n * n * d * (CAUSAL_FLOP_FACTOR if causal else 1.0)
     return flops * (BACKWARD_FLOP_FACTOR if backward else 1.0)
+
+
+def median_of_rounds(rounds):
+    """The median call time over every call of a side's rounds (lists of call times)."""
+    return statistics.median([t for r in rounds for t in r])
+
+
+def per_round_ratios(num_rounds, den_rounds):
+    """Two sides timed in the same rounds (lists of call times): each round's median of the first over the
+    same round's median of the second (above 1, the second side is faster), as its lower quartile, median and
+    upper quartile. A drift of the clock from round to round moves both sides of a ratio alike."""
+    if len(num_rounds) != len(den_rounds) or len(num_rounds) < 2:
+        raise ValueError("both sides need the same number of rounds, at least 2")
+    ratios = [statistics.median(a) / statistics.median(b) for a, b in zip(num_rounds, den_rounds)]
+    return statistics.quantiles(ratios, n=4, method="inclusive")
 
 
 def parse_shapes(text):

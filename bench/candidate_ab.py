@@ -28,11 +28,10 @@ Needs torch with CUDA and the flashattn package built with CUDA (exits 0 with a 
 
 import argparse
 import os
-import statistics
 import sys
 
-from bench_common import (HIDDEN, TOKENS, attention_flops, parse_shapes, queued_event_times, run_commit,
-                          torch_and_flashattn, uniform, utc_date, write_json)
+from bench_common import (HIDDEN, TOKENS, attention_flops, median_of_rounds, parse_shapes, per_round_ratios,
+                          queued_event_times, run_commit, torch_and_flashattn, uniform, utc_date, write_json)
 from interleaved import warm
 
 ALGOS = ("fa3", "fa2")
@@ -66,12 +65,11 @@ def summarize(rounds):
     """rounds: {"shipped": [[ms, ...] per round], "candidate": [...]}, both with the same number of rounds.
     Each form's median over all its calls, their speed ratio (shipped / candidate) and the per-round speed
     ratios' median and quartiles."""
-    med = {side: statistics.median([t for r in rounds[side] for t in r]) for side in SIDES}
-    per_round = [statistics.median(s) / statistics.median(c) for s, c in zip(rounds["shipped"], rounds["candidate"])]
-    q1, q2, q3 = statistics.quantiles(per_round, n=4, method="inclusive")
+    med = {side: median_of_rounds(rounds[side]) for side in SIDES}
+    q1, q2, q3 = per_round_ratios(rounds["shipped"], rounds["candidate"])
     return {"shipped_ms": med["shipped"], "candidate_ms": med["candidate"],
             "ratio": med["shipped"] / med["candidate"], "round_ratio_median": q2, "round_ratio_q1": q1,
-            "round_ratio_q3": q3, "rounds": len(per_round)}
+            "round_ratio_q3": q3, "rounds": len(rounds["shipped"])}
 
 
 def problem(torch, flashattn, args, d, n, causal, env, kernels):

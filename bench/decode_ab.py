@@ -30,11 +30,10 @@ Needs torch with CUDA and the flashattn package built with CUDA (exits 0 with a 
 """
 
 import argparse
-import statistics
 import sys
 
-from bench_common import (BYTES_PER_TERA, queued_event_times, run_commit, sdpa_backend_kinds, torch_and_flashattn,
-                          uniform, utc_date, write_json)
+from bench_common import (BYTES_PER_TERA, median_of_rounds, per_round_ratios, queued_event_times, run_commit,
+                          sdpa_backend_kinds, torch_and_flashattn, uniform, utc_date, write_json)
 from interleaved import warm
 from peers_decode import ELEM_BYTES, HEAD_DIM, HEADS_KV, HEADS_Q, ROTATION_BYTES, SEQLEN_Q, SHAPES
 
@@ -93,12 +92,8 @@ def round_order(sides, r):
 def compare_rounds(peer_rounds, our_rounds):
     """Each side's rounds as lists of call times (ms). The medians over all calls, their speed ratio (peer time
     over ours) and the per-round speed ratios' median and quartiles."""
-    if len(peer_rounds) != len(our_rounds) or len(peer_rounds) < 2:
-        raise ValueError("both sides need the same number of rounds, at least 2")
-    peer_ms = statistics.median([t for r in peer_rounds for t in r])
-    ours_ms = statistics.median([t for r in our_rounds for t in r])
-    per_round = [statistics.median(p) / statistics.median(o) for p, o in zip(peer_rounds, our_rounds)]
-    q1, q2, q3 = statistics.quantiles(per_round, n=4, method="inclusive")
+    q1, q2, q3 = per_round_ratios(peer_rounds, our_rounds)
+    peer_ms, ours_ms = median_of_rounds(peer_rounds), median_of_rounds(our_rounds)
     return {"ms": ours_ms, "peer_ms": peer_ms, "ratio": peer_ms / ours_ms, "round_ratio_median": q2,
             "round_ratio_q1": q1, "round_ratio_q3": q3}
 
@@ -185,7 +180,7 @@ def main(argv):
             for r in range(args.rounds):
                 for side in round_order(sides, r):
                     rounds[side].append(queued_event_times(torch, calls[side], args.calls))
-        peer_ms = statistics.median([t for r in rounds[PEER] for t in r])
+        peer_ms = median_of_rounds(rounds[PEER])
         row = {"b": b, "seqlen_k": n, "bytes": kv_bytes, "rotated_caches": copies, "gqa": gqa,
                "peer_ms": peer_ms, "peer_TBps": tbps(kv_bytes, peer_ms), "ours": {}}
         line = f"b {b:3d} seqlen_k {n:6d}: {args.peer} {peer_ms * 1e3:8.1f} us {row['peer_TBps']:5.2f} TB/s"
