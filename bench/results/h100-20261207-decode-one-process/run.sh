@@ -2,7 +2,7 @@
 # Device call (~120 s): builds the Python extension (sm_90a) and runs bench/decode_ab.py on the four decode
 # shapes, ours with the heuristic's split count and with 2 splits forced, against SDPA cuDNN in one process
 # (30 rounds of 10 calls per side). Writes OUT/gpu.txt, OUT/decode_ab.txt, OUT/decode_ab.json, OUT/build.log.
-# On the GPU machine: bash bench/results/gpu-20261207-decode-one-process/run.sh $OUT
+# On the GPU machine: bash bench/results/h100-20261207-decode-one-process/run.sh $OUT
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 OUT" >&2; exit 2; }
 OUT=$1

@@ -3,7 +3,7 @@
 # (CAND_ALGO=fa3) with the candidate's fa3 GPU tests and sanitizers into OUT/k144; with FORMS="144 176" then
 # candidate-176.patch on top and the same into OUT/k176 (its kernels spill: not run by default). Each part is
 # packed into one archive (OUT/k144.tar.gz, OUT/k176.tar.gz).
-# On the GPU machine: bash bench/results/gpu-20261207-fa3-d128-wide-blocks-ab/run.sh $OUT
+# On the GPU machine: bash bench/results/h100-20261207-fa3-d128-wide-blocks-ab/run.sh $OUT
 set -uo pipefail
 D=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OUT=$1
