@@ -172,7 +172,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
         if _arrays.is_python_int(cache_seqlens):
             cache_seqlens = _torch.torch.full((q.shape[0],), int(cache_seqlens), dtype=_torch.torch.int32,
                                               device=q.device)
-        out, lse = _torch.forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, **options)
+        out, lse = _torch.forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table,
+                                          bool(return_softmax_lse), **options)
     else:
         out, lse = _generic.forward_kvcache(q, k_cache, v_cache, k_new=k, v_new=v, cache_seqlens=cache_seqlens,
                                             block_table=block_table, stream=stream, **options)

@@ -13,6 +13,7 @@ import functools
 from typing import List, Optional, Tuple
 
 import torch
+from torch.utils.dlpack import to_dlpack
 
 from . import _arrays, _ext
 
@@ -37,6 +38,17 @@ def _backward_algo(backend: str, algo: str) -> str:
     return algo
 
 
+def _dl(t: Optional[Tensor]):
+    """What the extension receives for tensor `t` (None stays None): a DLPack capsule from torch's C exporter.
+    Passing the tensor itself would go through its Python `__dlpack__` method, whose checks cost a few
+    microseconds a tensor; a short decode call passes six. A tensor that requires grad is detached (a view)."""
+    if t is None:
+        return None
+    if t.layout != torch.strided:
+        raise TypeError(f"flashattn takes dense (strided) tensors, got one of layout {t.layout}")
+    return to_dlpack(t.detach() if t.requires_grad else t)
+
+
 def _stream(t: Tensor) -> int:
     return int(torch.cuda.current_stream(t.device).cuda_stream) if t.is_cuda else 0
 
@@ -53,10 +65,9 @@ def _fwd_impl(
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(_arrays.lse_shape(tuple(q.shape), varlen), dtype=torch.float32, device=q.device)
-    ext = _arrays.for_extension
     _ext.forward(
-        ext(q), ext(k), ext(v), out, lse,
-        cu_seqlens_q=ext(cu_seqlens_q), cu_seqlens_k=ext(cu_seqlens_k),
+        _dl(q), _dl(k), _dl(v), _dl(out), _dl(lse),
+        cu_seqlens_q=_dl(cu_seqlens_q), cu_seqlens_k=_dl(cu_seqlens_k),
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
         softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
         softcap=softcap, backend=backend, algo=algo, stream=_stream(q),
@@ -78,11 +89,10 @@ def _bwd_impl(
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    ext = _arrays.for_extension
     algo = _backward_algo(backend, algo)
     _ext.backward(
-        ext(dout), ext(q), ext(k), ext(v), ext(out), ext(lse), dq, dk, dv,
-        cu_seqlens_q=ext(cu_seqlens_q), cu_seqlens_k=ext(cu_seqlens_k),
+        _dl(dout), _dl(q), _dl(k), _dl(v), _dl(out), _dl(lse), _dl(dq), _dl(dk), _dl(dv),
+        cu_seqlens_q=_dl(cu_seqlens_q), cu_seqlens_k=_dl(cu_seqlens_k),
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
         softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
         softcap=softcap, backend=backend, algo=algo, deterministic=deterministic, stream=_stream(q),
@@ -174,24 +184,26 @@ def attention(
     return FlashAttnFunc.apply(*args)
 
 
-@torch.no_grad()
 def forward_kvcache(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
-    cache_seqlens: Tensor, block_table: Optional[Tensor],
+    cache_seqlens: Tensor, block_table: Optional[Tensor], want_lse: bool,
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float, num_splits: int,
     check_indices: bool, backend: str,
-) -> Tuple[Tensor, Tensor]:
-    """(out, lse) of decode attention; appends k_new/v_new to the caches in place first. No autograd (the
-    caches are mutated, and decode needs no gradients): an eager call, not a custom op."""
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """(out, lse) of decode attention, lse None unless want_lse; appends k_new/v_new to the caches in place
+    first. No autograd (the caches are mutated, and decode needs no gradients): an eager call, not a custom
+    op, and nothing here is recorded by autograd (the extension's writes are invisible to it), so no
+    no_grad context is needed either."""
     q, k_new, v_new = _unit_last(q), _unit_last(k_new), _unit_last(v_new)
     cache_seqlens, block_table = _unit_last(cache_seqlens), _unit_last(block_table)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(_arrays.lse_shape(tuple(q.shape), False), dtype=torch.float32, device=q.device)
-    ext = _arrays.for_extension
-    # The caches go through as they are (detach is a view): the append must land in the caller's storage.
+    lse = None
+    if want_lse:
+        lse = torch.empty(_arrays.lse_shape(tuple(q.shape), False), dtype=torch.float32, device=q.device)
+    # The caches go through as they are (a capsule shares their storage): the append lands in the caller's.
     _ext.forward_kvcache(
-        ext(q), ext(k_cache), ext(v_cache), ext(cache_seqlens), out, lse,
-        k_new=ext(k_new), v_new=ext(v_new), block_table=ext(block_table),
+        _dl(q), _dl(k_cache), _dl(v_cache), _dl(cache_seqlens), _dl(out), _dl(lse),
+        k_new=_dl(k_new), v_new=_dl(v_new), block_table=_dl(block_table),
         softmax_scale=softmax_scale, causal=causal, window_left=window_left, window_right=window_right,
         softcap=softcap, num_splits=num_splits, check_indices=check_indices, backend=backend, stream=_stream(q),
     )
