@@ -3,7 +3,8 @@ indices), against SDPA cuDNN on the same inputs.
 
 Per shape and form: the host's time per call (perf_counter over calls queued without synchronizing; the queue
 never fills, so the host is never blocked by the GPU) and the queued event time per call (as bench/decode_ab.py
-times it). Forms: `wrapper` (flashattn.flash_attn_with_kvcache), `ext` (flashattn._ext.forward_kvcache with
+times it). Forms: `wrapper` (flashattn.flash_attn_with_kvcache), `wrapper_base` (the same from be5716c's
+Python files, package flashattn_base, on the same extension), `ext` (flashattn._ext.forward_kvcache with
 out, lse, detached inputs and the stream made once), `ext_alloc` (the same, out and lse allocated per call),
 `peer` (SDPA cuDNN). Then the cost of DLPack export of one tensor, and a torch.profiler table of 20 calls of
 `wrapper` at the long shape (every CUDA runtime call and kernel, with CPU and GPU times).
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
+import flashattn_base
 from flashattn import _ext
 
 HQ, HKV, D = 32, 8, 128
@@ -43,6 +45,9 @@ def forms(b, n):
     def wrapper():
         return flashattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, check_indices=False)
 
+    def wrapper_base():
+        return flashattn_base.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, check_indices=False)
+
     def ext():
         _ext.forward_kvcache(q, k, v, seqlens, out, lse, **opts)
 
@@ -54,7 +59,8 @@ def forms(b, n):
     def peer():
         return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
 
-    return {"wrapper": wrapper, "ext": ext, "ext_alloc": ext_alloc, "peer": peer}, (q, k, v)
+    fns = {"wrapper": wrapper, "wrapper_base": wrapper_base, "ext": ext, "ext_alloc": ext_alloc, "peer": peer}
+    return fns, (q, k, v)
 
 
 def host_us(fn, calls):

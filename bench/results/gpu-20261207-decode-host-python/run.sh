@@ -19,6 +19,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_CUD
 PY=$(mktemp -d)
 EXT=$(find "$BUILD" -name '_ext*.so' -print -quit)
 mkdir -p "$PY/flashattn" && cp "$ROOT"/python/flashattn/*.py "$EXT" "$PY/flashattn/"
+mkdir -p "$PY/flashattn_base" && cp "$ROOT"/python/flashattn/*.py "$PY/flashattn_base/" && cp "$D"/base/*.py "$PY/flashattn_base/"
 PYTHONPATH=$PY${PYTHONPATH:+:$PYTHONPATH} python3 "$D/probe.py" "$OUT" 2>&1 | tail -n 80
 tar -czf "$OUT/trace.tar.gz" -C "$OUT" trace_wrapper_1x32768.json && rm -f "$OUT/trace_wrapper_1x32768.json"
 rm -rf "$PY"
