@@ -4,10 +4,12 @@ indices), against SDPA cuDNN on the same inputs.
 Per shape and form: the host's time per call (perf_counter over calls queued without synchronizing; the queue
 never fills, so the host is never blocked by the GPU) and the queued event time per call (as bench/decode_ab.py
 times it). Forms: `wrapper` (flashattn.flash_attn_with_kvcache), `wrapper_base` (the same from be5716c's
-Python files, package flashattn_base, on the same extension), `ext` (flashattn._ext.forward_kvcache with
-out, lse, detached inputs and the stream made once), `ext_alloc` (the same, out and lse allocated per call),
-`peer` (SDPA cuDNN). Then the cost of DLPack export of one tensor, and a torch.profiler table of 20 calls of
-`wrapper` at the long shape (every CUDA runtime call and kernel, with CPU and GPU times).
+Python files, package flashattn_base, on the same extension), `func` and `func_base` (flash_attn_func on the
+same q, k, v: the forward routed to the decode kernels, through the torch custom op), `ext`
+(flashattn._ext.forward_kvcache with out, lse, detached inputs and the stream made once), `ext_alloc` (the
+same, out and lse allocated per call), `peer` (SDPA cuDNN). Then the cost of DLPack export of one tensor,
+and a torch.profiler table of 20 calls of `wrapper` at the long shape (every CUDA runtime call and kernel,
+with CPU and GPU times).
 
 Usage: python3 probe.py OUT_DIR   (flashattn importable, torch with CUDA)
 """
@@ -48,6 +50,12 @@ def forms(b, n):
     def wrapper_base():
         return flashattn_base.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, check_indices=False)
 
+    def func():
+        return flashattn.flash_attn_func(q, k, v)
+
+    def func_base():
+        return flashattn_base.flash_attn_func(q, k, v)
+
     def ext():
         _ext.forward_kvcache(q, k, v, seqlens, out, lse, **opts)
 
@@ -59,7 +67,8 @@ def forms(b, n):
     def peer():
         return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
 
-    fns = {"wrapper": wrapper, "wrapper_base": wrapper_base, "ext": ext, "ext_alloc": ext_alloc, "peer": peer}
+    fns = {"wrapper": wrapper, "wrapper_base": wrapper_base, "func": func, "func_base": func_base, "ext": ext,
+           "ext_alloc": ext_alloc, "peer": peer}
     return fns, (q, k, v)
 
 
