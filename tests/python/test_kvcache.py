@@ -254,6 +254,9 @@ def test_torch_cpu(rng):
     out_int = flashattn.flash_attn_with_kvcache(torch.from_numpy(q), k_cache, v_cache, cache_seqlens=4,
                                                 block_table=torch.from_numpy(cache.block_table))
     assert out_int.shape == q.shape
+    with pytest.raises(TypeError, match=r"dense \(strided\) tensors, got one of layout torch.sparse_coo"):
+        flashattn.flash_attn_with_kvcache(torch.from_numpy(q), k_cache.to_sparse(), v_cache, cache_seqlens=4,
+                                          block_table=torch.from_numpy(cache.block_table))
 
 
 @pytest.mark.gpu
