@@ -2,7 +2,7 @@
 # Device call (~150 s): builds the Python extension (sm_90a) and runs probe.py (host time of a Python decode
 # call, its parts, SDPA cuDNN's, and a torch.profiler table). Writes OUT/probe.txt, OUT/probe.json, OUT/gpu.txt,
 # OUT/build.log and OUT/trace.tar.gz.
-# On the GPU machine: bash bench/results/gpu-20261207-decode-host-python/run.sh $OUT
+# On the GPU machine: bash bench/results/h200-20261207-decode-host-python/run.sh $OUT
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 OUT" >&2; exit 2; }
 OUT=$1
