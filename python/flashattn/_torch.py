@@ -3,7 +3,9 @@ autograd formula, and `FlashAttnFunc`, a torch.autograd.Function over the same k
 
 `flash_attn_func` on torch tensors calls `torch.ops.flashattn.fwd`, which torch.compile sees as one opaque
 node (shapes from the fake kernel) and autograd differentiates through `register_autograd`. Where torch is
-older than 2.4 (no torch.library.custom_op) the same call goes through `FlashAttnFunc` in eager mode.
+older than 2.4 (no torch.library.custom_op) the same call goes through `FlashAttnFunc` in eager mode. An
+eager call that autograd, a trace or a dispatch mode would not see anyway (no input requires grad, or grad
+mode is off) runs the kernels directly, without the op's dispatch.
 
 Streams: every kernel runs on `torch.cuda.current_stream()` of the tensors' device, so `with
 torch.cuda.stream(s):` moves it like any torch operation.
@@ -169,6 +171,27 @@ class FlashAttnFunc(torch.autograd.Function):
         return (dq, dk, dv) + (None,) * 12
 
 
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+try:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+except ImportError:  # older torch: treat every call as possibly traced
+    _get_current_dispatch_mode = None
+
+
+def _plain_eager(tensors) -> bool:
+    """True where the custom op has nothing to add: no torch.compile trace and no dispatch mode (tracing,
+    fake tensors, FLOP counters) to record it, plain tensors only, and no autograd graph to build. The op's
+    dispatch costs tens of microseconds a call, most of a short (decode-shaped) inference call."""
+    if _is_compiling is None or _is_compiling() or _get_current_dispatch_mode is None:
+        return False
+    if _get_current_dispatch_mode() is not None:
+        return False
+    present = [t for t in tensors if t is not None]
+    if any(type(t) is not torch.Tensor for t in present):
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in present))
+
+
 def attention(
     q: Tensor, k: Tensor, v: Tensor,
     cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
@@ -176,9 +199,12 @@ def attention(
     softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
     backend: str, algo: str, deterministic: bool,
 ) -> List[Tensor]:
-    """(out, lse), differentiable in q, k and v. Traceable by torch.compile: nothing here but the op call."""
+    """(out, lse), differentiable in q, k and v. Traceable by torch.compile (which sees the op call); an eager
+    call with nothing to differentiate or record runs the kernels directly (_plain_eager)."""
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
             window_left, window_right, softcap, backend, algo, deterministic)
+    if _plain_eager((q, k, v, cu_seqlens_q, cu_seqlens_k)):
+        return _fwd_impl(*args)
     if HAS_CUSTOM_OP:
         return _fwd_op(*args)
     return FlashAttnFunc.apply(*args)

@@ -114,6 +114,25 @@ def test_low_level_api_takes_tensors_that_require_grad(gen):
     assert info.backend == "cpu" and not out.isnan().any() and not lse.isnan().any()
 
 
+def test_inference_calls_skip_the_op_and_match_it(gen, monkeypatch):
+    q, k, v = (randn(gen, (1, 17, 2, 32), torch.float32) for _ in range(3))
+    out_op = flashattn.flash_attn_func(q, k, v, causal=True)  # inputs require grad: through the op
+    assert out_op.requires_grad
+
+    def refuse(*args):
+        raise AssertionError("the custom op ran for a call with nothing to differentiate")
+
+    monkeypatch.setattr(flashattn._torch, "_fwd_op", refuse)
+    monkeypatch.setattr(flashattn._torch.FlashAttnFunc, "apply", refuse)
+    with torch.no_grad():
+        out_direct = flashattn.flash_attn_func(q, k, v, causal=True)
+    out_plain = flashattn.flash_attn_func(q.detach(), k.detach(), v.detach(), causal=True)
+    assert not out_direct.requires_grad and not out_plain.requires_grad
+    assert torch.equal(out_direct, out_op.detach()) and torch.equal(out_plain, out_op.detach())
+    with pytest.raises(AssertionError, match="the custom op ran"):
+        flashattn.flash_attn_func(q, k, v, causal=True)
+
+
 def test_errors_keep_their_types_through_the_op(gen):
     q = randn(gen, (1, 8, 2, 32), torch.float32)
     with pytest.raises(ValueError, match=r"k: head_dim 16 must equal the head_dim of q \(32\)"):
