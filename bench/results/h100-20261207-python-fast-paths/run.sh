@@ -3,7 +3,7 @@
 # included) and the decode host probe of bench/results/h200-20261207-decode-host-python (its `func` forms
 # time flash_attn_func, changed since, against be5716c's package). Writes OUT/pytest.log, OUT/probe.txt,
 # OUT/probe.json, OUT/gpu.txt, OUT/build.log.gz.
-# On the GPU machine: bash bench/results/gpu-20261207-python-fast-paths/run.sh $OUT
+# On the GPU machine: bash bench/results/h100-20261207-python-fast-paths/run.sh $OUT
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 OUT" >&2; exit 2; }
 OUT=$1
