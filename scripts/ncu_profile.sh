@@ -58,10 +58,17 @@ PROFILES=(
   "fa3_d64_n512_causal;fa3_fwd_kernel;--algo fa3 --batch 32 --heads 32 --head-dim 64 --seqlen-q 512 --causal"
   "sdpa_cudnn_fwd_d64_n512_causal;cudnn|sdpa|fprop;sdpa cudnn fwd 32 32 512 64 causal"
   "sdpa_cudnn_fwd_d128_n8192;cudnn|sdpa|fprop;sdpa cudnn fwd 2 16 8192 128"
+  "decode_b16_8k;decode_splitkv_kernel;--kv-cache --batch 16 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 8192"
+  "decode_b1_128k;decode_splitkv_kernel;--kv-cache --batch 1 --heads 32 --heads-kv 8 --head-dim 128 --cache-len 131072"
+  "sdpa_cudnn_decode_b1_32k;fprop;sdpa cudnn decode 1 32 8 32768 128"
+  "sdpa_cudnn_decode_b1_128k;fprop;sdpa cudnn decode 1 32 8 131072 128"
+  "sdpa_cudnn_decode_b16_8k;fprop;sdpa cudnn decode 16 32 8 8192 128"
+  "sdpa_cudnn_decode_b64_4k;fprop;sdpa cudnn decode 64 32 8 4096 128"
 )
 
 # PyTorch SDPA (bf16, three calls) on: backend (flash|cudnn) direction (fwd|both) batch heads seqlen head_dim
-# [causal].
+# [causal]; or backend decode batch heads_q heads_kv seqlen_k head_dim (one query token, GQA, as the decode
+# benchmark calls it).
 SDPA_PY=$OUT/sdpa_once.py
 cat >"$SDPA_PY" <<'PY'
 import sys
@@ -69,10 +76,19 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[sys.argv[1]]
+torch.manual_seed(1)
+if sys.argv[2] == "decode":
+    b, hq, hkv, n, d = map(int, sys.argv[3:8])
+    q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, hkv, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    with sdpa_kernel(backend), torch.no_grad():
+        for _ in range(3):
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    torch.cuda.synchronize()
+    sys.exit(0)
 grad = sys.argv[2] == "both"
 b, h, n, d = map(int, sys.argv[3:7])
 causal = len(sys.argv) > 7 and sys.argv[7] == "causal"
-torch.manual_seed(1)
 q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, requires_grad=grad) for _ in range(3))
 g = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
 with sdpa_kernel(backend):
