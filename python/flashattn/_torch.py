@@ -15,7 +15,6 @@ import functools
 from typing import List, Optional, Tuple
 
 import torch
-from torch.utils.dlpack import to_dlpack
 
 from . import _arrays, _ext
 
@@ -40,15 +39,8 @@ def _backward_algo(backend: str, algo: str) -> str:
     return algo
 
 
-def _dl(t: Optional[Tensor]):
-    """What the extension receives for tensor `t` (None stays None): a DLPack capsule from torch's C exporter.
-    Passing the tensor itself would go through its Python `__dlpack__` method, whose checks cost a few
-    microseconds a tensor; a short decode call passes six. A tensor that requires grad is detached (a view)."""
-    if t is None:
-        return None
-    if t.layout != torch.strided:
-        raise TypeError(f"flashattn takes dense (strided) tensors, got one of layout {t.layout}")
-    return to_dlpack(t.detach() if t.requires_grad else t)
+# Every tensor the kernels get goes through this (a DLPack capsule from torch's C exporter, or None).
+_dl = _arrays.for_extension
 
 
 def _stream(t: Tensor) -> int:
