@@ -24,17 +24,24 @@ def framework(x: Any) -> str:
     )
 
 
+_torch_export = None  # (torch.strided, torch.utils.dlpack.to_dlpack), looked up at the first torch tensor
+
+
 def for_extension(x: Any) -> Any:
     """What the extension receives for `x`. A torch tensor goes as a DLPack capsule from torch's C exporter:
     passing the tensor itself would go through its Python `__dlpack__` method, whose checks cost a few
     microseconds a tensor (a short decode call passes six); one that requires grad is detached first (a view,
     no copy). Everything else goes through as it is."""
+    global _torch_export
     if x is None or type(x).__module__.split(".", 1)[0] != "torch":
         return x
-    import torch  # already loaded: x is one of its tensors
-    from torch.utils.dlpack import to_dlpack
+    if _torch_export is None:
+        import torch  # already loaded: x is one of its tensors
+        from torch.utils.dlpack import to_dlpack
 
-    if x.layout != torch.strided:
+        _torch_export = (torch.strided, to_dlpack)
+    strided, to_dlpack = _torch_export
+    if x.layout != strided:
         raise TypeError(f"flashattn takes dense (strided) tensors, got one of layout {x.layout}")
     return to_dlpack(x.detach() if x.requires_grad else x)
 

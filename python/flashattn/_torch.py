@@ -166,17 +166,17 @@ class FlashAttnFunc(torch.autograd.Function):
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
 try:
     from torch.utils._python_dispatch import _get_current_dispatch_mode
-except ImportError:  # older torch: treat every call as possibly traced
+except ImportError:
     _get_current_dispatch_mode = None
+# Older torch, without either query: every call is taken as possibly traced and goes through the op.
+_CAN_SKIP_OP = _is_compiling is not None and _get_current_dispatch_mode is not None
 
 
 def _plain_eager(tensors) -> bool:
     """True where the custom op has nothing to add: no torch.compile trace and no dispatch mode (tracing,
     fake tensors, FLOP counters) to record it, plain tensors only, and no autograd graph to build. The op's
     dispatch costs tens of microseconds a call, most of a short (decode-shaped) inference call."""
-    if _is_compiling is None or _is_compiling() or _get_current_dispatch_mode is None:
-        return False
-    if _get_current_dispatch_mode() is not None:
+    if not _CAN_SKIP_OP or _is_compiling() or _get_current_dispatch_mode() is not None:
         return False
     present = [t for t in tensors if t is not None]
     if any(type(t) is not torch.Tensor for t in present):
