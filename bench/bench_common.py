@@ -178,6 +178,11 @@ def start_peer_result(torch, prog, args, commit=None):
     return result
 
 
+def tbps(nbytes, ms):
+    """TB/s of `nbytes` moved in `ms` milliseconds."""
+    return nbytes / (ms / MS_PER_S) / BYTES_PER_TERA
+
+
 def copy_ceiling_tbps(torch, nbytes, time_ms):
     """TB/s of a device-to-device copy of `nbytes` (bytes read + written over time); `time_ms(fn)` returns the
     milliseconds of one call of fn. The buffers are freed before returning."""
@@ -186,4 +191,4 @@ def copy_ceiling_tbps(torch, nbytes, time_ms):
     ms = time_ms(lambda: dst.copy_(src))
     del src, dst
     torch.cuda.empty_cache()
-    return 2.0 * nbytes / (ms / MS_PER_S) / BYTES_PER_TERA
+    return tbps(2.0 * nbytes, ms)

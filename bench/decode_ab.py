@@ -32,10 +32,10 @@ Needs torch with CUDA and the flashattn package built with CUDA (exits 0 with a 
 import argparse
 import sys
 
-from bench_common import (BYTES_PER_TERA, median_of_rounds, per_round_ratios, queued_event_times, run_commit,
-                          sdpa_backend_kinds, torch_and_flashattn, uniform, utc_date, write_json)
+from bench_common import (median_of_rounds, per_round_ratios, queued_event_times, run_commit, sdpa_backend_kinds,
+                          tbps, torch_and_flashattn, uniform, utc_date, write_json)
 from interleaved import warm
-from peers_decode import ELEM_BYTES, HEAD_DIM, HEADS_KV, HEADS_Q, ROTATION_BYTES, SEQLEN_Q, SHAPES
+from peers_decode import HEAD_DIM, HEADS_KV, HEADS_Q, SEQLEN_Q, SHAPES, expanded, kv_bytes_and_copies
 
 PEER = "peer"
 
@@ -98,15 +98,10 @@ def compare_rounds(peer_rounds, our_rounds):
             "round_ratio_q1": q1, "round_ratio_q3": q3}
 
 
-def tbps(nbytes, ms):
-    return nbytes / (ms * 1e-3) / BYTES_PER_TERA
-
-
 def shape_calls(torch, flashattn, F, sdpa_kernel, b, n, split_list, kind):
     """Inputs of one shape and each side's call: ({side: call}, {side: first output}, gqa form of the peer,
     rotated copies). The peer's form (enable_gqa, else K and V expanded) is settled here, before any timing."""
-    kv_bytes = 2 * b * n * HEADS_KV * HEAD_DIM * ELEM_BYTES
-    copies = max(1, ROTATION_BYTES // kv_bytes)
+    kv_bytes, copies = kv_bytes_and_copies(b, n)
     q = uniform(torch, (b, SEQLEN_Q, HEADS_Q, HEAD_DIM))
     ours_kv = [(uniform(torch, (b, n, HEADS_KV, HEAD_DIM)), uniform(torch, (b, n, HEADS_KV, HEAD_DIM)))
                for _ in range(copies)]
@@ -134,8 +129,7 @@ def shape_calls(torch, flashattn, F, sdpa_kernel, b, n, split_list, kind):
         try:
             first[PEER] = F.scaled_dot_product_attention(qt, *peer_kv[0], enable_gqa=True)
         except (RuntimeError, TypeError):
-            group = HEADS_Q // HEADS_KV
-            peer_kv = [(k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) for k, v in peer_kv]
+            peer_kv = expanded(peer_kv)
             gqa = "expanded"
             first[PEER] = F.scaled_dot_product_attention(qt, *peer_kv[0])
     peer_kwargs = {"enable_gqa": True} if gqa == "enable_gqa" else {}

@@ -20,8 +20,8 @@ import argparse
 import statistics
 import sys
 
-from bench_common import (BYTES_PER_TERA, MS_PER_S, copy_ceiling_tbps, run_commit, sdpa_backend_kinds,
-                          start_peer_result, torch_and_backends, write_json)
+from bench_common import (copy_ceiling_tbps, run_commit, sdpa_backend_kinds, start_peer_result, tbps,
+                          torch_and_backends, write_json)
 
 SHAPES = ((1, 32768), (1, 131072), (16, 8192), (64, 4096))
 HEADS_Q = 32
@@ -32,6 +32,20 @@ ELEM_BYTES = 2  # bf16
 ROTATION_BYTES = 1 << 30  # K + V bytes the rotated copies of one shape add up to (far larger than L2)
 CALLS_PER_TIMING = 20
 COPY_BYTES = 1 << 30
+
+
+def kv_bytes_and_copies(b, n):
+    """The bytes counted for one call at batch b and n keys (K and V read once at HEADS_KV heads) and how many
+    disjoint copies of the caches the calls rotate over (ROTATION_BYTES in all, at least one)."""
+    kv_bytes = 2 * b * n * HEADS_KV * HEAD_DIM * ELEM_BYTES
+    return kv_bytes, max(1, ROTATION_BYTES // kv_bytes)
+
+
+def expanded(caches):
+    """(K, V) pairs of HEADS_KV heads in SDPA's [batch, heads, seqlen, head_dim], repeated to HEADS_Q heads for
+    a backend that refuses enable_gqa."""
+    group = HEADS_Q // HEADS_KV
+    return [(k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) for k, v in caches]
 
 
 def parse_args(argv):
@@ -67,8 +81,7 @@ def decode_rows(torch, args, backends, copy_tbps):
     kinds = sdpa_backend_kinds()
     rows, skipped = [], []
     for b, n in SHAPES:
-        kv_bytes = 2 * b * n * HEADS_KV * HEAD_DIM * ELEM_BYTES
-        copies = max(1, ROTATION_BYTES // kv_bytes)
+        kv_bytes, copies = kv_bytes_and_copies(b, n)
         # SDPA takes [batch, heads, seqlen, head_dim].
         q = torch.randn(b, HEADS_Q, SEQLEN_Q, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
         caches = [(torch.randn(b, HEADS_KV, n, HEAD_DIM, device="cuda", dtype=torch.bfloat16),
@@ -83,9 +96,7 @@ def decode_rows(torch, args, backends, copy_tbps):
                     inputs = caches
                     call_kwargs = {"enable_gqa": True}
                 else:
-                    group = HEADS_Q // HEADS_KV
-                    inputs = [(k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1))
-                              for k, v in caches]
+                    inputs = expanded(caches)
                     call_kwargs = {}
 
                 def call(inputs=inputs, call_kwargs=call_kwargs):
@@ -110,11 +121,11 @@ def decode_rows(torch, args, backends, copy_tbps):
                 print(f"{name:6s} b {b:3d} seqlen_k {n:6d}  skipped", flush=True)
                 continue
             gqa, ms = timed
-            tbps = kv_bytes / (ms / MS_PER_S) / BYTES_PER_TERA
-            rows.append(dict(base, gqa=gqa, ms=ms, TBps=tbps,
-                             fraction_of_copy=tbps / copy_tbps if copy_tbps > 0 else 0.0))
-            print(f"{name:6s} b {b:3d} seqlen_k {n:6d}  {ms * 1e3:9.1f} us {tbps:6.2f} TB/s "
-                  f"({100 * tbps / copy_tbps:3.0f}% of copy, {gqa})", flush=True)
+            rate = tbps(kv_bytes, ms)
+            rows.append(dict(base, gqa=gqa, ms=ms, TBps=rate,
+                             fraction_of_copy=rate / copy_tbps if copy_tbps > 0 else 0.0))
+            print(f"{name:6s} b {b:3d} seqlen_k {n:6d}  {ms * 1e3:9.1f} us {rate:6.2f} TB/s "
+                  f"({100 * rate / copy_tbps:3.0f}% of copy, {gqa})", flush=True)
         del q, caches
         torch.cuda.empty_cache()
     return rows, skipped
