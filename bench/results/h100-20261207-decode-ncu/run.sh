@@ -2,7 +2,7 @@
 # Device call (~250 s: the CLI build ~120 s on 16 cores, then 8 ncu profiles of one launch each): Nsight
 # Compute reports of our decode kernel and SDPA cuDNN's fprop kernel on the four decode shapes
 # (scripts/ncu_profile.sh), packed into OUT/ncu.tar.gz.
-# On the GPU machine: bash bench/results/gpu-20261207-decode-ncu/run.sh $OUT
+# On the GPU machine: bash bench/results/h100-20261207-decode-ncu/run.sh $OUT
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 OUT" >&2; exit 2; }
 OUT=$1
