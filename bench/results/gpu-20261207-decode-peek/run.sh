@@ -7,11 +7,11 @@
 #   then on the GPU machine: bash bench/results/gpu-20261207-decode-peek/run.sh $OUT
 # Builds the three trees' CLIs and the peek tree's GPU tests (sm_90a; scripts/ab_build.sh), runs the decode GPU
 # tests on the peek tree, then times KV-cache calls (trusted indices) in rotating rounds (scripts/decode_probe.sh),
-# LIMIT s in all (default 420).
+# LIMIT s in all (default 540).
 set -uo pipefail
 OUT=$1
 t0=$(date +%s)
-LIMIT=${LIMIT:-420}
+LIMIT=${LIMIT:-540}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
 bash scripts/ab_build.sh $OUT flashattn_cli .ab/dbase .ab/peeknowide &
 bash scripts/ab_build.sh $OUT/peek "flashattn_cli flashattn_tests_gpu" .ab/peek
