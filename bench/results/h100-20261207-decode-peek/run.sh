@@ -2,9 +2,9 @@
 # Prepared call: the decode split merge with a peek at the tile's ticket (peek.patch), and the same with head
 # dim 128 always on the 4-warp kernel (nowide.patch), against the shipped kernels. Trees made beforehand and
 # carried (.ab/dbase, .ab/peek, .ab/peeknowide):
-#   D=bench/results/gpu-20261207-decode-peek
+#   D=bench/results/h100-20261207-decode-peek
 #   AB_COMMIT=<commit> bash scripts/ab_trees.sh .ab dbase peek=$D/peek.patch peeknowide=$D/peek.patch+$D/nowide.patch
-#   then on the GPU machine: bash bench/results/gpu-20261207-decode-peek/run.sh $OUT
+#   then on the GPU machine: bash bench/results/h100-20261207-decode-peek/run.sh $OUT
 # Builds the three trees' CLIs and the peek tree's GPU tests (sm_90a; scripts/ab_build.sh), runs the decode GPU
 # tests on the peek tree, then times KV-cache calls (trusted indices) in rotating rounds (scripts/decode_probe.sh),
 # LIMIT s in all (default 540).
