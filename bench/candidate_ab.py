@@ -31,8 +31,8 @@ import os
 import sys
 
 from bench_common import (HIDDEN, TOKENS, attention_flops, median_of_rounds, parse_shapes, per_round_ratios,
-                          queued_event_times, run_commit, torch_and_flashattn, uniform, utc_date, write_json)
-from interleaved import warm
+                          run_commit, torch_and_flashattn, uniform, utc_date, write_json)
+from interleaved import timed_rounds, warm
 
 ALGOS = ("fa3", "fa2")
 DEFAULT_SHAPES = "128:512:0,128:1024:0,64:1024:1"
@@ -125,10 +125,7 @@ def main(argv):
                 return 2
             diff = max((s - c).float().abs().max().item() for s, c in zip(outs["shipped"], outs["candidate"]))
             warm(torch, [calls[side] for side in SIDES], args.warmup_ms)
-            rounds = {side: [] for side in SIDES}
-            for r in range(args.rounds):
-                for side in (SIDES if r % 2 == 0 else SIDES[::-1]):
-                    rounds[side].append(queued_event_times(torch, calls[side], args.calls))
+            rounds = timed_rounds(torch, {side: calls[side] for side in SIDES}, args.rounds, args.calls)
             flops = attention_flops(b, h, n, d, causal, args.backward)
             row = {"d": d, "N": n, "b": b, "h": h, "causal": causal, **summarize(rounds), "max_abs_diff": diff,
                    "kernels": kernels}

@@ -32,9 +32,9 @@ Needs torch with CUDA and the flashattn package built with CUDA (exits 0 with a 
 import argparse
 import sys
 
-from bench_common import (median_of_rounds, per_round_ratios, queued_event_times, run_commit, sdpa_backend_kinds,
-                          tbps, torch_and_flashattn, uniform, utc_date, write_json)
-from interleaved import warm
+from bench_common import (median_of_rounds, per_round_ratios, run_commit, sdpa_backend_kinds, tbps,
+                          torch_and_flashattn, uniform, utc_date, write_json)
+from interleaved import round_order, timed_rounds, warm  # noqa: F401 (round_order: the order of the rounds)
 from peers_decode import HEAD_DIM, HEADS_KV, HEADS_Q, SEQLEN_Q, SHAPES, expanded, kv_bytes_and_copies
 
 PEER = "peer"
@@ -80,13 +80,6 @@ def parse_decode_shapes(text):
 def side_name(splits):
     """Our side's name: "ours" with the library's split rule, "ours_s<N>" with N splits forced."""
     return "ours" if splits == 0 else f"ours_s{splits}"
-
-
-def round_order(sides, r):
-    """The order the sides are timed in round r: rotated by one every round, so that over len(sides) rounds
-    each side is timed once in each place (two sides: swapped every round)."""
-    k = r % len(sides)
-    return list(sides[k:]) + list(sides[:k])
 
 
 def compare_rounds(peer_rounds, our_rounds):
@@ -168,12 +161,9 @@ def main(argv):
         except (RuntimeError, ValueError) as err:
             print(f"b {b:3d} seqlen_k {n:6d}: skipped ({str(err).splitlines()[0][:160]})", flush=True)
             continue
-        rounds = {side: [] for side in sides}
         with sdpa_kernel(kind), torch.no_grad():
             warm(torch, [calls[s] for s in sides], args.warmup_ms)
-            for r in range(args.rounds):
-                for side in round_order(sides, r):
-                    rounds[side].append(queued_event_times(torch, calls[side], args.calls))
+            rounds = timed_rounds(torch, {s: calls[s] for s in sides}, args.rounds, args.calls)
         peer_ms = median_of_rounds(rounds[PEER])
         row = {"b": b, "seqlen_k": n, "bytes": kv_bytes, "rotated_caches": copies, "gqa": gqa,
                "peer_ms": peer_ms, "peer_TBps": tbps(kv_bytes, peer_ms), "ours": {}}

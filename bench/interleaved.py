@@ -71,6 +71,23 @@ def warm(torch, fns, warmup_ms):
             per_call[i] = max(1e-3, (time.perf_counter() - t0) * 1e3 / n)
 
 
+def round_order(sides, r):
+    """The order the sides are timed in round r: rotated by one every round, so that over len(sides) rounds
+    each side is timed once in each place (two sides: swapped every round)."""
+    k = r % len(sides)
+    return list(sides[k:]) + list(sides[:k])
+
+
+def timed_rounds(torch, calls, rounds, calls_per_round):
+    """`rounds` rounds of `calls_per_round` queued calls of every side of `calls` ({side: fn}) in turn, in
+    round_order: {side: [each round's call times (ms)]}."""
+    times = {side: [] for side in calls}
+    for r in range(rounds):
+        for side in round_order(list(calls), r):
+            times[side].append(queued_event_times(torch, calls[side], calls_per_round))
+    return times
+
+
 def main(argv):
     args = parse_args(argv)
     torch, flashattn = torch_and_flashattn("interleaved")
@@ -128,9 +145,8 @@ def main(argv):
             sides = (("ours", ours), ("peer", theirs))
             if args.mode == "interleaved":
                 warm(torch, [ours, theirs], args.warmup_ms)
-                for r in range(args.rounds):
-                    for name, fn in (sides if r % 2 == 0 else sides[::-1]):
-                        times[name] += queued_event_times(torch, fn, args.calls)
+                rounds = timed_rounds(torch, dict(sides), args.rounds, args.calls)
+                times = {name: [t for r in rounds[name] for t in r] for name in rounds}
             else:
                 for name, fn in sides:
                     warm(torch, [fn], args.warmup_ms)
