@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Prepared call: the decode kernels with the warp's Q operand held in registers up to head dim 128
 # (qreg.patch) against the shipped kernels. Trees made beforehand and carried (.ab/dbase, .ab/qreg):
-#   D=bench/results/gpu-20261207-decode-qreg
+#   D=bench/results/h100-20261207-decode-qreg
 #   AB_COMMIT=69f8ef1 bash scripts/ab_trees.sh .ab dbase qreg=$D/qreg.patch
-#   then on the GPU machine: bash bench/results/gpu-20261207-decode-qreg/run.sh $OUT
+#   then on the GPU machine: bash bench/results/h100-20261207-decode-qreg/run.sh $OUT
 # Builds both trees' CLIs and the qreg tree's GPU tests (sm_90a; scripts/ab_build.sh), runs the decode GPU tests
 # on the qreg tree, then times KV-cache calls (trusted indices) in rotating rounds (scripts/decode_probe.sh),
 # LIMIT s in all (default 480).
