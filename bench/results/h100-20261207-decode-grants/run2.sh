@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Second call: grants.patch + grants2.patch (each tile's counter on its own 128-byte line) against the shipped
 # kernels. Trees made beforehand and carried (.ab/dbase, .ab/grants2):
-#   D=bench/results/gpu-20261207-decode-grants
+#   D=bench/results/h100-20261207-decode-grants
 #   AB_COMMIT=eb57be1 bash scripts/ab_trees.sh .ab dbase grants2=$D/grants.patch+$D/grants2.patch
-#   then on the GPU machine: LIMIT=390 bash bench/results/gpu-20261207-decode-grants/run2.sh $OUT
+#   then on the GPU machine: LIMIT=390 bash bench/results/h100-20261207-decode-grants/run2.sh $OUT
 # Builds, the decode GPU tests on the grants2 tree, then rotating rounds of five shapes until LIMIT s.
 set -uo pipefail
 OUT=$1

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Prepared call: decode blocks handed out by a per-tile counter past each split's first steps (grants.patch)
 # against the shipped kernels. Trees made beforehand and carried (.ab/dbase, .ab/grants):
-#   D=bench/results/gpu-20261207-decode-grants
+#   D=bench/results/h100-20261207-decode-grants
 #   AB_COMMIT=eb57be1 bash scripts/ab_trees.sh .ab dbase grants=$D/grants.patch
-#   then on the GPU machine: bash bench/results/gpu-20261207-decode-grants/run.sh $OUT
+#   then on the GPU machine: bash bench/results/h100-20261207-decode-grants/run.sh $OUT
 # Builds both trees' CLIs and the grants tree's GPU tests (sm_90a; scripts/ab_build.sh), runs the decode GPU
 # tests on the grants tree, memcheck and racecheck of one split test there, then times KV-cache calls
 # (trusted indices) in rotating rounds (scripts/decode_probe.sh), LIMIT s in all (default 480).
