@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Prepared call (meant for an H200): the decode kernels' conditional rescale (rescale.patch) and the Q operand
+# in registers (../h100-20261207-decode-qreg/qreg.patch) against the shipped kernels, every tree with the new
+# rising-scores test (test.patch). Trees made beforehand and carried (.ab/dbase, .ab/qreg, .ab/rescale):
+#   D=bench/results/gpu-20261207-decode-rescale Q=bench/results/h100-20261207-decode-qreg/qreg.patch
+#   AB_COMMIT=HEAD bash scripts/ab_trees.sh .ab dbase=$D/test.patch qreg=$D/test.patch+$Q rescale=$D/test.patch+$D/rescale.patch
+#   then on the GPU machine: bash bench/results/gpu-20261207-decode-rescale/run.sh $OUT
+# Builds the three trees (CLI and GPU tests), runs the decode GPU tests on dbase and rescale, then rotating
+# rounds of KV-cache calls (trusted indices, scripts/decode_probe.sh) until LIMIT s (default 480).
+set -uo pipefail
+OUT=$1
+t0=$(date +%s)
+LIMIT=${LIMIT:-480}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/gpu.txt
+for t in dbase qreg rescale; do
+  mkdir -p $OUT/b-$t
+  bash scripts/ab_build.sh $OUT/b-$t "flashattn_cli flashattn_tests_gpu" .ab/$t &
+done
+wait
+for t in dbase qreg rescale; do mv $OUT/b-$t/build-$t.log $OUT/ && rmdir $OUT/b-$t; done
+for t in dbase rescale; do
+  timeout 100 .ab/$t/build-ab/tests/flashattn_tests_gpu --gtest_filter='*Decode*:*KvCache*:*KVCache*' \
+    > $OUT/tests-$t.log 2>&1
+  echo "tests $t rc $?: $(grep -E '^\[  (PASSED|FAILED)' $OUT/tests-$t.log | tr '\n' ' ')"
+  grep -E '^\[  FAILED|RisingAlong' $OUT/tests-$t.log | head -6
+done
+DECODE_PROBE_CASES="1x32768|--batch 1 --cache-len 32768;1x131072|--batch 1 --cache-len 131072;16x8192|--batch 16 --cache-len 8192;64x4096|--batch 64 --cache-len 4096;d64-16x8192|--batch 16 --cache-len 8192 --head-dim 64" \
+  DECODE_PROBE_UNTIL=$(( t0 + LIMIT )) bash scripts/decode_probe.sh $OUT dbase=.ab/dbase qreg=.ab/qreg rescale=.ab/rescale
+for t in dbase qreg rescale; do gzip -9 $OUT/build-$t.log; done
+echo "done at $(( $(date +%s) - t0 )) s"
