@@ -3,7 +3,8 @@
 # in registers (../h100-20261207-decode-qreg/qreg.patch) against the shipped kernels, every tree with the new
 # rising-scores test (test.patch). Trees made beforehand and carried (.ab/dbase, .ab/qreg, .ab/rescale):
 #   D=bench/results/gpu-20261207-decode-rescale Q=bench/results/h100-20261207-decode-qreg/qreg.patch
-#   AB_COMMIT=2a8f1a9 bash scripts/ab_trees.sh .ab dbase=$D/test.patch qreg=$D/test.patch+$Q rescale=$D/test.patch+$D/rescale.patch
+#   AB_COMMIT=2a8f1a9 bash scripts/ab_trees.sh .ab dbase=$D/test.patch qreg=$D/test.patch+$Q \
+#     rescale=$D/test.patch+$D/rescale.patch
 #   then on the GPU machine: bash bench/results/gpu-20261207-decode-rescale/run.sh $OUT
 # Builds the three trees (CLI and GPU tests), runs the decode GPU tests on dbase and rescale, then rotating
 # rounds of KV-cache calls (trusted indices, scripts/decode_probe.sh) until LIMIT s (default 480).
