@@ -3,7 +3,8 @@ the median of the timed calls), the commit the merged results record, and the me
 one-process decode comparison's arguments, round order and per-round ratios (bench/decode_ab.py); the
 targets report of bench/targets.py; the profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
 scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh, the source trees
-of scripts/ab_trees.sh and the probe of scripts/fa3_probe.sh; and the SASS counts and the overlap check of
+of scripts/ab_trees.sh, the probe of scripts/fa3_probe.sh and the decode A/B call of
+scripts/decode_ab_call.sh; and the SASS counts and the overlap check of
 scripts/gpu_check.sh (scripts/sass_counts.awk, scripts/sass_overlap.awk)."""
 
 import csv
@@ -744,6 +745,66 @@ def test_decode_probe_rotates_the_trees_and_reports_medians_against_the_first(tm
     assert len(table) == 2 and table[0].startswith("one")
     assert "base    40.00 us (1.000x)" in table[0] and "new    32.00 us (1.250x)" in table[0]
     assert "checks pass" in table[0] and table[0].endswith("k_a")
+
+
+def _stub(path, body):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_decode_ab_call_builds_tests_times_sanitizes_and_packs_four_files(tmp_path):
+    # A copy of the scripts folder whose ab_build.sh only logs and leaves a GPU test binary per tree (the base's
+    # fails one test); the real decode_probe.sh times two fake CLIs; nvidia-smi and compute-sanitizer stubbed.
+    repo = tmp_path / "repo"
+    for name in ("decode_ab_call.sh", "decode_probe.sh"):
+        _stub(repo / "scripts" / name, "")
+        shutil.copy(os.path.join(SCRIPTS, name), repo / "scripts" / name)
+    _stub(repo / "scripts" / "ab_build.sh",
+          'logs=$1; shift 2\nfor t in "$@"; do n=$(basename $t); echo "ptxas of $n" > $logs/build-$n.log\n'
+          'echo "build $n rc 0"; done\n')
+    results = {"a": 'echo "[  FAILED  ] 1 test, listed below:"; echo "[  FAILED  ] DecodeGpuSplits.X"; exit 1\n',
+               "b": 'echo "[  PASSED  ] 41 tests."\n'}
+    for name, us in (("a", 40.0), ("b", 32.0)):
+        _fake_decode_tree(repo / ".ab", name, us)
+        _stub(repo / ".ab" / name / "build-ab" / "tests" / "flashattn_tests_gpu",
+              'echo "$@" > %s\n' % (repo / (name + ".test_args")) + results[name])
+    _stub(tmp_path / "bin" / "nvidia-smi", "echo 'Fake GPU, 1.0'\n")
+    _stub(tmp_path / "bin" / "compute-sanitizer", 'echo "tool $2 on $5 $6"; echo "========= ERROR SUMMARY: 0 errors"\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, PATH=str(tmp_path / "bin") + os.pathsep + os.environ["PATH"], DECODE_PROBE_ROUNDS="2",
+               DECODE_PROBE_CASES="one|--batch 1 --cache-len 64", DECODE_AB_SANITIZE="new DecodeGpuKernels.Y")
+    run = subprocess.run(["bash", str(repo / "scripts" / "decode_ab_call.sh"), str(out), "base=.ab/a", "new=.ab/b"],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert sorted(os.listdir(out)) == ["checks.txt", "gpu.txt", "logs.tar.gz", "probe.txt"]
+    checks = (out / "checks.txt").read_text().splitlines()
+    assert checks[:2] == ["build a rc 0", "build b rc 0"]
+    assert checks[2:6] == ["tests base rc 1: [  FAILED  ] 1 test, listed below: [  FAILED  ] DecodeGpuSplits.X ",
+                           "[  FAILED  ] 1 test, listed below:", "[  FAILED  ] DecodeGpuSplits.X",
+                           "tests new rc 0: [  PASSED  ] 41 tests. "]
+    assert (repo / "a.test_args").read_text().strip() == "--gtest_filter=*Decode*:*KvCache*:*KVCache*"
+    assert checks[6:] == ["memcheck new rc 0: ========= ERROR SUMMARY: 0 errors",
+                          "racecheck new rc 0: ========= ERROR SUMMARY: 0 errors"]
+    assert "new    32.00 us (1.250x)" in (out / "probe.txt").read_text()
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        names = sorted(tar.getnames())
+        assert names == ["build-a.log", "build-b.log", "memcheck-new.log", "probe.jsonl", "racecheck-new.log",
+                         "tests-base.log", "tests-new.log"]
+        sanitized = tar.extractfile("memcheck-new.log").read().decode()
+    assert "tool memcheck on" in sanitized and "--gtest_filter=DecodeGpuKernels.Y" in sanitized
+    # DECODE_AB_TESTED narrows the tested trees; without DECODE_AB_SANITIZE no sanitizer runs.
+    out2 = tmp_path / "out2"
+    out2.mkdir()
+    env2 = dict(env, DECODE_AB_TESTED="new", DECODE_AB_SANITIZE="")
+    subprocess.run(["bash", str(repo / "scripts" / "decode_ab_call.sh"), str(out2), "base=.ab/a", "new=.ab/b"],
+                   check=True, capture_output=True, text=True, env=env2)
+    checks2 = (out2 / "checks.txt").read_text().splitlines()
+    assert [c.split(" rc")[0] for c in checks2] == ["build a", "build b", "tests new"]
+    with tarfile.open(out2 / "logs.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["build-a.log", "build-b.log", "probe.jsonl", "tests-new.log"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("cmake") is None or shutil.which("ninja") is None,
