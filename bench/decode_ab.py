@@ -34,7 +34,7 @@ import sys
 
 from bench_common import (median_of_rounds, per_round_ratios, run_commit, sdpa_backend_kinds, tbps,
                           torch_and_flashattn, uniform, utc_date, write_json)
-from interleaved import round_order, timed_rounds, warm  # noqa: F401 (round_order: the order of the rounds)
+from interleaved import timed_rounds, warm
 from peers_decode import HEAD_DIM, HEADS_KV, HEADS_Q, SEQLEN_Q, SHAPES, expanded, kv_bytes_and_copies
 
 PEER = "peer"

@@ -1,11 +1,11 @@
 """The benchmark helpers in bench/ that need no GPU: the peers' timer (warm-up by count and by time, then
 the median of the timed calls), the commit the merged results record, and the merged decode table; the
-one-process decode comparison's arguments, round order and per-round ratios (bench/decode_ab.py); the
-targets report of bench/targets.py; the profile reader scripts/ncu_stalls.py on a small made-up listing; the probe insertion of
-scripts/decode_lab.py on the library's decode kernel; the A/B table of scripts/fa3_ab.sh, the source trees
-of scripts/ab_trees.sh, the probe of scripts/fa3_probe.sh and the decode A/B call of
-scripts/decode_ab_call.sh; and the SASS counts and the overlap check of
-scripts/gpu_check.sh (scripts/sass_counts.awk, scripts/sass_overlap.awk)."""
+one-process decode comparison's arguments and per-round ratios (bench/decode_ab.py) and the rounds' order
+(bench/interleaved.py); the targets report of bench/targets.py; the profile reader scripts/ncu_stalls.py on a
+small made-up listing; the probe insertion of scripts/decode_lab.py on the library's decode kernel; the A/B
+table of scripts/fa3_ab.sh, the source trees of scripts/ab_trees.sh, the probe of scripts/fa3_probe.sh and the
+decode A/B call of scripts/decode_ab_call.sh; and the SASS counts and the overlap check of scripts/gpu_check.sh
+(scripts/sass_counts.awk, scripts/sass_overlap.awk)."""
 
 import csv
 import json
@@ -156,15 +156,15 @@ def test_decode_ab_parses_shapes_and_split_counts_and_refuses_bad_ones():
             decode_ab.parse_args(bad)
 
 
-def test_decode_ab_rotates_the_order_so_each_side_takes_each_place_equally():
+def test_round_order_rotates_the_order_so_each_side_takes_each_place_equally():
     sides = ["peer", "ours", "ours_s2"]
-    orders = [decode_ab.round_order(sides, r) for r in range(6)]
+    orders = [interleaved.round_order(sides, r) for r in range(6)]
     assert orders[0] == sides and orders[1] == ["ours", "ours_s2", "peer"] and orders[3] == sides
     for order in orders:
         assert sorted(order) == sorted(sides)
     for place in range(3):
         assert sorted(order[place] for order in orders) == sorted(sides * 2)
-    assert [decode_ab.round_order(["peer", "ours"], r) for r in range(2)] == [["peer", "ours"], ["ours", "peer"]]
+    assert [interleaved.round_order(["peer", "ours"], r) for r in range(2)] == [["peer", "ours"], ["ours", "peer"]]
 
 
 def test_decode_ab_per_round_ratios_do_not_see_a_clock_drift():
