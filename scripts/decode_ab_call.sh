@@ -29,22 +29,18 @@ checks=$OUT/checks.txt
 : >"$checks"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 bash scripts/ab_build.sh "$OUT" "flashattn_cli flashattn_tests_gpu" "${trees[@]}" | tee -a "$checks"
-binary() { echo "${tree_of[$1]}/build-ab/tests/flashattn_tests_gpu"; }
+# One tree's tests and/or sanitizers (scripts/tree_gpu_checks.sh; logs named by tree).
+check() {  # name tests-filter sanitize-filter
+  CHECK_TESTS=$2 CHECK_SANITIZE=$3 bash scripts/tree_gpu_checks.sh \
+    "${tree_of[$1]}/build-ab/tests/flashattn_tests_gpu" "$OUT" "$checks" "$1" "-$1"
+}
 for name in ${DECODE_AB_TESTED:-${names[*]}}; do
-  log=$OUT/tests-$name.log
-  timeout 120 "$(binary "$name")" --gtest_filter='*Decode*:*KvCache*:*KVCache*' >"$log" 2>&1
-  echo "tests $name rc $?: $(grep -E '^\[  (PASSED|FAILED)  \]' "$log" | tr '\n' ' ')" | tee -a "$checks"
-  grep -E '^\[  FAILED  \]' "$log" | tee -a "$checks"
+  check "$name" '*Decode*:*KvCache*:*KVCache*' ''
 done
 DECODE_PROBE_UNTIL=$((t0 + LIMIT)) bash scripts/decode_probe.sh "$OUT" "$@"
 if [ -n "${DECODE_AB_SANITIZE:-}" ]; then
   read -r name filter <<<"$DECODE_AB_SANITIZE"
-  for tool in memcheck racecheck; do
-    log=$OUT/$tool-$name.log
-    timeout 90 compute-sanitizer --tool $tool --error-exitcode 86 "$(binary "$name")" --gtest_filter="$filter" \
-      >"$log" 2>&1
-    echo "$tool $name rc $?: $(grep -E 'SUMMARY' "$log")" | tee -a "$checks"
-  done
+  check "$name" '' "$filter"
 fi
 (cd "$OUT" && tar -czf logs.tar.gz --ignore-failed-read build-*.log tests-*.log memcheck-*.log racecheck-*.log \
   probe.jsonl 2>/dev/null; rm -f build-*.log tests-*.log memcheck-*.log racecheck-*.log probe.jsonl)

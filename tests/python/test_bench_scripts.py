@@ -758,7 +758,7 @@ def test_decode_ab_call_builds_tests_times_sanitizes_and_packs_four_files(tmp_pa
     # A copy of the scripts folder whose ab_build.sh only logs and leaves a GPU test binary per tree (the base's
     # fails one test); the real decode_probe.sh times two fake CLIs; nvidia-smi and compute-sanitizer stubbed.
     repo = tmp_path / "repo"
-    for name in ("decode_ab_call.sh", "decode_probe.sh"):
+    for name in ("decode_ab_call.sh", "decode_probe.sh", "tree_gpu_checks.sh"):
         _stub(repo / "scripts" / name, "")
         shutil.copy(os.path.join(SCRIPTS, name), repo / "scripts" / name)
     _stub(repo / "scripts" / "ab_build.sh",
