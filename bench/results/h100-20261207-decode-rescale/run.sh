@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Prepared call (meant for an H200): the decode kernels' conditional rescale (rescale.patch) and the Q operand
+# Device call (meant for an H200, ran on an H100): the decode kernels' conditional rescale (rescale.patch) and the Q operand
 # in registers (../h100-20261207-decode-qreg/qreg.patch) against the shipped kernels, every tree with the new
 # rising-scores test (test.patch). Trees made beforehand and carried (.ab/dbase, .ab/qreg, .ab/rescale):
-#   D=bench/results/gpu-20261207-decode-rescale Q=bench/results/h100-20261207-decode-qreg/qreg.patch
+#   D=bench/results/h100-20261207-decode-rescale Q=bench/results/h100-20261207-decode-qreg/qreg.patch
 #   AB_COMMIT=2a8f1a9 bash scripts/ab_trees.sh .ab dbase=$D/test.patch qreg=$D/test.patch+$Q \
 #     rescale=$D/test.patch+$D/rescale.patch
-#   then on the GPU machine: bash bench/results/gpu-20261207-decode-rescale/run.sh $OUT   (timeout_s 590)
+#   then on the GPU machine: bash bench/results/h100-20261207-decode-rescale/run.sh $OUT   (timeout_s 590)
 # scripts/decode_ab_call.sh: the three trees built, the decode GPU tests on dbase and rescale, rotating rounds
 # of KV-cache calls (trusted indices) for 400 s from the start, then memcheck and racecheck of the new test on
 # rescale.
