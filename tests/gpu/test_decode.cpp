@@ -339,6 +339,50 @@ TEST(DecodeGpuLong, OneHundredThirtyOneThousandKeys) {
   expect_result(c, e);
 }
 
+// Keys scaled up along the cache (key t of a sequence by 1 + t / 128), so that each warp's running max climbs
+// block after block, by more than the rescale threshold (8 in log2 units) every few blocks and by less in
+// between: the rescale of O and of the row sums must be right on every block, skipped or not. Contiguous
+// and paged, head dims 64, 128 and 256, one split, several and the heuristic's.
+void scale_keys_along_the_cache(HostKVCase* c) {
+  const KVCaseSpec& s = c->spec;
+  for (int64_t b = 0; b < s.batch(); ++b)
+    for (int64_t t = 0; t < s.cache_lens[size_t(b)]; ++t) {
+      const double factor = 1.0 + double(t) / 128.0;
+      const int64_t first = c->cache_index(b, t, 0);  // the token's heads are adjacent
+      for (int64_t i = first; i < first + s.heads_kv * s.head_dim; ++i) c->k_cache.set(i, c->k_cache.get(i) * factor);
+    }
+}
+
+TEST(DecodeGpuKernels, ScoresRisingAlongTheCache) {
+  FA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = announce_seed("rising scores");
+  struct Case {
+    DType dtype;
+    int64_t head_dim, page_size;
+    int splits;
+    std::vector<int64_t> lens;
+  };
+  for (const Case& k : {Case{DType::kBFloat16, 128, 0, 0, {20000, 4097, 1}}, Case{DType::kFloat16, 128, 16, 3, {9000}},
+                        Case{DType::kBFloat16, 128, 0, 1, {3000}}, Case{DType::kFloat16, 64, 16, 0, {3000, 9000}},
+                        Case{DType::kBFloat16, 256, 0, 5, {5000, 700}}}) {
+    KVCaseSpec s = decode_spec();
+    s.dtype = k.dtype;
+    s.head_dim = k.head_dim;
+    s.page_size = k.page_size;
+    s.num_splits = k.splits;
+    s.cache_lens = k.lens;
+    s.heads_q = 8;
+    s.heads_kv = 2;
+    SCOPED_TRACE(s.name() + ", seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    HostKVCase c(s, rng);
+    scale_keys_along_the_cache(&c);
+    const KVExpected e = expected_for(c);
+    ASSERT_NO_FATAL_FAILURE(run_on_gpu(&c));
+    expect_result(c, e);
+  }
+}
+
 // ---- refusals and validation on device tensors: the message names the rule; nothing is written ---------
 
 // Runs `c` (whose inputs the caller broke) and checks the error and that no byte of out, lse or either cache
