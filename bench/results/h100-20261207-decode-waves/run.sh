@@ -3,7 +3,7 @@
 # and carried (.ab/dbase: AB_COMMIT=2a8f1a9 bash scripts/ab_trees.sh .ab
 #   dbase=bench/results/h100-20261207-decode-rescale/test.patch), built by scripts/ab_build.sh, timed by
 # scripts/decode_probe.sh (each case's rounds rotate; one tree, so the cases are what is compared).
-#   bash bench/results/gpu-20261207-decode-waves/run.sh $OUT   (timeout_s 400)
+#   bash bench/results/h100-20261207-decode-waves/run.sh $OUT   (timeout_s 400)
 set -uo pipefail
 OUT=$1
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
