@@ -89,6 +89,15 @@ struct Fa3Config {
   // so that those kernels stay as measured. Like kIdleRows, only with intra-warpgroup overlap.
   static constexpr bool kLeadSkip = kWarpSpecialized && kIntraOverlap && !kAblation &&
                                     kRowsPerWarpgroup * (kConsumerWarpgroups - 1) >= kBlockN;
+  // The tile change's scalar work off the consumers' path: the scheduler thread, which works out each tile
+  // ahead of them, also works out where its rows of O and LSE start and which of its KV blocks need no mask
+  // (TileSetup, make_setup); a consumer reads them. Measured against the consumers working them out (H100,
+  // one process, 30 rounds, bench/results/h100-20261207-fa3-tile-setup-ab/): d 128 N 512 +1.1%, N 1024
+  // +1.2%, N 2048 +0.7%, N 8192 +0.3%, N 1024 causal -0.1%, d 64 N 1024 causal +1.7%, N 2048 +0.6%. Not at
+  // head dim 256 (the A/B's control, not measured with it) nor on the three-consumer GQA-packed kernels
+  // (8 bytes of spills with it).
+  static constexpr bool kSetupFromScheduler =
+      kWarpSpecialized && kHeadDim != 256 && !(kPackGqa && kConsumerWarpgroups == 3);
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? sm90::kWarpgroupThreads : 0);
   // Register split after setmaxnreg: the producer warpgroup (load thread, scheduler thread) needs its
@@ -128,6 +137,14 @@ struct alignas(16) TileWork {
   __device__ int blocks() const { return n_last - n_first; }
 };
 
+// What the scheduler thread also works out per tile where Fa3Config::kSetupFromScheduler (make_setup), so
+// that the consumers' tile change reads it instead of computing it: where the tile's (batch, head) rows
+// start in out and lse (elements), and its KV blocks that need no per-element mask, [vis_lo, vis_hi).
+struct alignas(16) TileSetup {
+  int64_t out_off, lse_off;
+  int vis_lo, vis_hi;
+};
+
 // One CTA's shared memory. Tiles first (each a multiple of 1024 bytes, so each starts on a swizzle
 // boundary when the struct does), barriers last.
 template <typename Cfg, typename T>
@@ -152,6 +169,10 @@ struct Fa3Shared {
   // compute-sanitizer's racecheck reported the other lanes' reads against the scheduler's next write).
   uint64_t tile_full, tile_empty;
   TileWork tile_slot;
+  // Fa3Config::kSetupFromScheduler: the setup of the CTA's t-th tile in entry t % 2, written with the slot.
+  // Entry t % 2 is written again for tile t + 2, only after every reader has taken tile t + 1, so a
+  // consumer may read it until it takes its next tile (at the tile's end, for the epilogue).
+  TileSetup tile_setup[2];
 };
 
 template <typename Cfg, typename T>

@@ -28,8 +28,10 @@
 // Scheduling. A persistent grid (one CTA per SM) takes tiles from a work queue: each CTA starts with tile
 // blockIdx.x; a scheduler thread in the producer warpgroup claims the next one with an atomicAdd on a
 // global counter when the current one starts, works out its TileWork and hands it to the load thread and
-// the consumers through a one-slot queue in shared memory. CTAs that finish early take more tiles, which
-// evens out the unequal tiles of a causal mask. (Without warp specialization: the static schedule.)
+// the consumers through a one-slot queue in shared memory (with, where Cfg::kSetupFromScheduler, the tile's
+// setup: where its rows of O and LSE start and which KV blocks need no mask, so that the consumers' tile
+// change only reads them). CTAs that finish early take more tiles, which evens out the unequal tiles of a
+// causal mask. (Without warp specialization: the static schedule.)
 // Tile order (make_tile): L2 sections, each a run of (batch, query head) pairs (l2_section_heads: one pair
 // without a mask; under one, pairs whose K and V fit in a slice of L2); inside a section the Q-tile index
 // descends outermost (longest tiles first under a causal mask) and the pair runs innermost. The CTAs busy
@@ -118,6 +120,30 @@ __device__ __forceinline__ TileWork make_tile(const Fa3Params& p, int tile) {
   return w;
 }
 
+// The setup (TileSetup) of a tile with rows and blocks, worked out by the scheduler thread where
+// Cfg::kSetupFromScheduler.
+template <typename Cfg>
+__device__ __forceinline__ TileSetup make_setup(const Fa3Params& p, const TileWork& w) {
+  const AttnParams& a = p.attn;
+  TileSetup s;
+  const int64_t q_off = a.q_offset(w.batch);
+  s.out_off = w.batch * a.out.batch_stride + w.head * a.out.head_stride + q_off * a.out.row_stride;
+  s.lse_off = w.batch * a.lse.batch_stride + w.head * a.lse.head_stride + q_off * a.lse.row_stride;
+  // As Consumer::run works them out without kSetupFromScheduler (the mask goes by query token).
+  const core::MaskSpec32 mask = a.mask32(Cfg::kPackGqa ? a.len_q(w.batch) : w.len_q, a.len_k(w.batch));
+  const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
+  const int last_token = Cfg::kPackGqa ? (row_end - 1) / p.pack_group : row_end - 1;
+  const int first_token = Cfg::kPackGqa ? w.row_begin / p.pack_group : w.row_begin;
+  int vis_lo = (mask.key_begin(last_token) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  int vis_hi = mask.key_end(first_token) / Cfg::kBlockN;
+  vis_lo = max(vis_lo, w.n_first);
+  vis_hi = min(vis_hi, w.n_last);
+  if (vis_lo >= vis_hi) vis_lo = vis_hi = w.n_first;
+  s.vis_lo = vis_lo;
+  s.vis_hi = vis_hi;
+  return s;
+}
+
 // ---- loads (issued by one thread) ---------------------------------------------------------------------
 
 // The Q buffer of the CTA's t-th tile and the phase of its barriers: every tile takes one phase of its
@@ -199,6 +225,9 @@ __device__ void scheduler_loop(Fa3Shared<Cfg, T>& sm, const Fa3Params& p) {
     sm90::mbar_wait(&sm.tile_empty, (t & 1) ^ 1);
     if (t > 0) tile = claim_tile(p);
     const TileWork w = make_tile<Cfg>(p, tile);
+    if constexpr (Cfg::kSetupFromScheduler) {
+      if (w.valid && w.blocks() > 0) sm.tile_setup[t & 1] = make_setup<Cfg>(p, w);
+    }
     sm.tile_slot = w;
     sm90::mbar_arrive(&sm.tile_full);  // release: the slot is visible to whoever sees the phase complete
     if (w.end) return;
@@ -844,18 +873,27 @@ struct Consumer {
   // Where this thread's rows of tile w go (epilogue's read-back mapping: lane l stores chunk l % 8 of rows
   // l / 8 + 4 i of its warp's 16).
   __device__ TileEnd<T> tile_end(const TileWork& w, const SoftmaxParams& sp) const {
+    return tile_end(w, sp, out_rows(w), lse_rows(w));
+  }
+  // The same from the scheduler's setup of the CTA's t-th tile (Cfg::kSetupFromScheduler).
+  __device__ TileEnd<T> tile_end(const TileWork& w, const SoftmaxParams& sp, int t) const {
+    const TileSetup& s = sm.tile_setup[t & 1];
+    const AttnParams& a = p.attn;
+    return tile_end(w, sp, static_cast<T*>(a.out.ptr) + s.out_off,
+                    a.lse.ptr == nullptr ? nullptr : static_cast<float*>(a.lse.ptr) + s.lse_off);
+  }
+  __device__ TileEnd<T> tile_end(const TileWork& w, const SoftmaxParams& sp, T* out, float* lse) const {
     TileEnd<T> e;
     const int first_row = sp.row0 - lane() / 4;  // the warp's first row
     if constexpr (Cfg::kPackGqa) {
-      e.out = out_rows(w) + (lane() % 8) * 8;
+      e.out = out + (lane() % 8) * 8;
       e.row = first_row + lane() / 8;
       e.rows_left = w.len_q - first_row - lane() / 8;
-      e.lse = lse_rows(w);
+      e.lse = lse;
       e.lse_row = sp.row0;
     } else {
-      e.out = out_rows(w) + int64_t(first_row + lane() / 8) * p.attn.out.row_stride + (lane() % 8) * 8;
+      e.out = out + int64_t(first_row + lane() / 8) * p.attn.out.row_stride + (lane() % 8) * 8;
       e.rows_left = w.len_q - first_row - lane() / 8;
-      float* lse = lse_rows(w);
       e.lse = lse == nullptr ? nullptr : lse + int64_t(sp.row0) * p.attn.lse.row_stride;
     }
     e.lse_rows = w.len_q - sp.row0;
@@ -976,12 +1014,18 @@ struct Consumer {
       const core::MaskSpec32 mask = a.mask32(Cfg::kPackGqa ? a.len_q(w.batch) : w.len_q, a.len_k(w.batch));
 
       // Blocks that need no per-element mask: [vis_lo, vis_hi) (see MaskSpec::tile_fully_visible).
-      const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
-      int vis_lo = (mask.key_begin(token(row_end - 1)) + Cfg::kBlockN - 1) / Cfg::kBlockN;
-      int vis_hi = mask.key_end(token(w.row_begin)) / Cfg::kBlockN;
-      vis_lo = max(vis_lo, w.n_first);
-      vis_hi = min(vis_hi, w.n_last);
-      if (vis_lo >= vis_hi) vis_lo = vis_hi = w.n_first;  // no visible block: every block is masked
+      int vis_lo, vis_hi;
+      if constexpr (Cfg::kSetupFromScheduler) {
+        vis_lo = sm.tile_setup[t & 1].vis_lo;
+        vis_hi = sm.tile_setup[t & 1].vis_hi;
+      } else {
+        const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
+        vis_lo = (mask.key_begin(token(row_end - 1)) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+        vis_hi = mask.key_end(token(w.row_begin)) / Cfg::kBlockN;
+        vis_lo = max(vis_lo, w.n_first);
+        vis_hi = min(vis_hi, w.n_last);
+        if (vis_lo >= vis_hi) vis_lo = vis_hi = w.n_first;  // no visible block: every block is masked
+      }
 
       // The first block (KV block n_last - 1) is visible for every row iff vis_lo < vis_hi == n_last.
       // Measured (H200, bench/results/h200-20261202-shortn-ab/): the unmasked form gains up to 6% at head dim
@@ -1027,8 +1071,13 @@ struct Consumer {
       drain(st, w, idx - 1, base + idx - 1);
       kv_iter = base + idx;
       if constexpr (Cfg::kDeferEpilogue) {
-        prev = tile_end(w, sp);
+        if constexpr (Cfg::kSetupFromScheduler)
+          prev = tile_end(w, sp, t);
+        else
+          prev = tile_end(w, sp);
         pending = true;
+      } else if constexpr (Cfg::kSetupFromScheduler) {
+        epilogue(st, tile_end(w, sp, t));
       } else {
         epilogue(st, tile_end(w, sp));
       }
