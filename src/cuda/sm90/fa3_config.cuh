@@ -94,8 +94,8 @@ struct Fa3Config {
   // (TileSetup, make_setup); a consumer reads them. Measured against the consumers working them out (H100,
   // one process, 30 rounds, bench/results/h100-20261207-fa3-tile-setup-ab/): d 128 N 512 +1.1%, N 1024
   // +1.2%, N 2048 +0.7%, N 8192 +0.3%, N 1024 causal -0.1%, d 64 N 1024 causal +1.7%, N 2048 +0.6%. Not at
-  // head dim 256 (the A/B's control, not measured with it) nor on the three-consumer GQA-packed kernels
-  // (8 bytes of spills with it).
+  // head dim 256, where it measured 0.999-1.000 at N 1024-8192 (bench/results/h100-20261207-fa3-tile-setup-
+  // d256-ab/), nor on the three-consumer GQA-packed kernels (8 bytes of spills with it).
   static constexpr bool kSetupFromScheduler =
       kWarpSpecialized && kHeadDim != 256 && !(kPackGqa && kConsumerWarpgroups == 3);
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
