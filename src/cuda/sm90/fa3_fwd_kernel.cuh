@@ -129,7 +129,9 @@ __device__ __forceinline__ TileSetup make_setup(const Fa3Params& p, const TileWo
   const int64_t q_off = a.q_offset(w.batch);
   s.out_off = w.batch * a.out.batch_stride + w.head * a.out.head_stride + q_off * a.out.row_stride;
   s.lse_off = w.batch * a.lse.batch_stride + w.head * a.lse.head_stride + q_off * a.lse.row_stride;
-  // As Consumer::run works them out without kSetupFromScheduler (the mask goes by query token).
+  // As Consumer::run works them out without kSetupFromScheduler (the mask goes by query token). Written out
+  // twice: with the two sharing one helper, the compiled kernels changed (head dim 256's too), and these are
+  // the measured ones.
   const core::MaskSpec32 mask = a.mask32(Cfg::kPackGqa ? a.len_q(w.batch) : w.len_q, a.len_k(w.batch));
   const int row_end = min(w.row_begin + Cfg::kBlockM, w.len_q);
   const int last_token = Cfg::kPackGqa ? (row_end - 1) / p.pack_group : row_end - 1;
@@ -872,16 +874,18 @@ struct Consumer {
 
   // Where this thread's rows of tile w go (epilogue's read-back mapping: lane l stores chunk l % 8 of rows
   // l / 8 + 4 i of its warp's 16).
-  __device__ TileEnd<T> tile_end(const TileWork& w, const SoftmaxParams& sp) const {
-    return tile_end(w, sp, out_rows(w), lse_rows(w));
-  }
-  // The same from the scheduler's setup of the CTA's t-th tile (Cfg::kSetupFromScheduler).
+  // w is the CTA's t-th tile; with Cfg::kSetupFromScheduler its rows' start comes from the scheduler's setup.
   __device__ TileEnd<T> tile_end(const TileWork& w, const SoftmaxParams& sp, int t) const {
-    const TileSetup& s = sm.tile_setup[t & 1];
-    const AttnParams& a = p.attn;
-    return tile_end(w, sp, static_cast<T*>(a.out.ptr) + s.out_off,
-                    a.lse.ptr == nullptr ? nullptr : static_cast<float*>(a.lse.ptr) + s.lse_off);
+    if constexpr (Cfg::kSetupFromScheduler) {
+      const TileSetup& s = sm.tile_setup[t & 1];
+      const AttnParams& a = p.attn;
+      return tile_end(w, sp, static_cast<T*>(a.out.ptr) + s.out_off,
+                      a.lse.ptr == nullptr ? nullptr : static_cast<float*>(a.lse.ptr) + s.lse_off);
+    } else {
+      return tile_end(w, sp, out_rows(w), lse_rows(w));
+    }
   }
+  // The same from the rows of the tile's (batch, head) in out and lse (out_rows, lse_rows).
   __device__ TileEnd<T> tile_end(const TileWork& w, const SoftmaxParams& sp, T* out, float* lse) const {
     TileEnd<T> e;
     const int first_row = sp.row0 - lane() / 4;  // the warp's first row
@@ -1071,15 +1075,10 @@ struct Consumer {
       drain(st, w, idx - 1, base + idx - 1);
       kv_iter = base + idx;
       if constexpr (Cfg::kDeferEpilogue) {
-        if constexpr (Cfg::kSetupFromScheduler)
-          prev = tile_end(w, sp, t);
-        else
-          prev = tile_end(w, sp);
+        prev = tile_end(w, sp, t);
         pending = true;
-      } else if constexpr (Cfg::kSetupFromScheduler) {
-        epilogue(st, tile_end(w, sp, t));
       } else {
-        epilogue(st, tile_end(w, sp));
+        epilogue(st, tile_end(w, sp, t));
       }
     }
     if (Cfg::kDeferEpilogue && pending) epilogue(st, prev);
