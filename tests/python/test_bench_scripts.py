@@ -4,8 +4,9 @@ one-process decode comparison's arguments and per-round ratios (bench/decode_ab.
 (bench/interleaved.py); the targets report of bench/targets.py; the profile reader scripts/ncu_stalls.py on a
 small made-up listing; the probe insertion of scripts/decode_lab.py on the library's decode kernel; the A/B
 table of scripts/fa3_ab.sh, the source trees of scripts/ab_trees.sh, the probe of scripts/fa3_probe.sh and the
-decode A/B call of scripts/decode_ab_call.sh; and the SASS counts and the overlap check of scripts/gpu_check.sh
-(scripts/sass_counts.awk, scripts/sass_overlap.awk)."""
+decode A/B call of scripts/decode_ab_call.sh; the SASS counts and the overlap check of scripts/gpu_check.sh
+(scripts/sass_counts.awk, scripts/sass_overlap.awk); and the per-kernel code comparison of
+scripts/kernel_text.py on made-up ELF files."""
 
 import csv
 import json
@@ -16,6 +17,7 @@ import time
 
 import shutil
 import statistics
+import struct
 import subprocess
 import tarfile
 
@@ -33,6 +35,7 @@ import compare  # noqa: E402
 import decode_ab  # noqa: E402
 import decode_lab  # noqa: E402
 import interleaved  # noqa: E402
+import kernel_text  # noqa: E402
 import launch_gaps  # noqa: E402
 import ncu_stalls  # noqa: E402
 import peer_kernels  # noqa: E402
@@ -1046,3 +1049,44 @@ def test_fa3_timeline_runs_each_tree_at_each_head_dim(tmp_path):
     assert [s for s in summary if not s.startswith(" ")] == [
         f"{t} d {d}: medians over blocks 8..55 (cycles)" for d in (128, 64) for t in ("a", "b")]
     assert summary[1].startswith("  wg 0: period   2000") and summary[3].startswith("  wg 0: period   1500")
+
+
+def _elf(sections):
+    """A little-endian ELF64 file with the given {name: bytes} sections (and a null and a name section)."""
+    names = b"\0.shstrtab\0" + b"".join(n.encode() + b"\0" for n in sections)
+    blobs = [b"", names] + list(sections.values())
+    name_at = [0, 1]
+    for n in sections:
+        name_at.append(names.index(n.encode() + b"\0"))
+    body, offsets = b"", []
+    for blob in blobs:
+        offsets.append(64 + len(body))
+        body += blob
+    shoff = 64 + len(body)
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", header, 0x28, shoff)
+    struct.pack_into("<HHH", header, 0x3A, 64, len(blobs), 1)
+    table = b"".join(struct.pack("<IIQQQQIIQQ", name_at[i], 1, 0, 0, offsets[i], len(blob), 0, 0, 1, 0)
+                     for i, blob in enumerate(blobs))
+    return bytes(header) + body + table
+
+
+def test_kernel_text_compares_each_kernels_code_and_says_which_differ(tmp_path, capsys):
+    old = _elf({".text.k_same": b"\x01\x02", ".text.k_changed": b"\x03\x04", ".text.k_gone": b"\x05",
+                ".nv.info.k_same": b"\x09"})
+    new = _elf({".text.k_same": b"\x01\x02", ".text.k_changed": b"\x03\x05", ".text.k_new": b"\x05",
+                ".nv.info.k_same": b"\x0a"})
+    assert set(kernel_text.text_sections(old)) == {".text.k_same", ".text.k_changed", ".text.k_gone"}
+    (tmp_path / "old.cubin").write_bytes(old)
+    (tmp_path / "new.cubin").write_bytes(new)
+    (tmp_path / "same.cubin").write_bytes(old)
+    assert kernel_text.main([str(tmp_path / "old.cubin"), str(tmp_path / "new.cubin")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["differs: k_changed", "only in the old build: k_gone", "only in the new build: k_new",
+                   "1 kernels identical, 3 not"]
+    # Other sections (.nv.info here) do not count: the same code is the same kernel.
+    assert kernel_text.main([str(tmp_path / "old.cubin"), str(tmp_path / "same.cubin")]) == 0
+    assert capsys.readouterr().out.splitlines() == ["3 kernels identical, 0 not"]
+    (tmp_path / "not.cubin").write_bytes(b"#!/bin/sh\n")
+    assert kernel_text.main([str(tmp_path / "not.cubin"), str(tmp_path / "old.cubin")]) == 2
