@@ -57,6 +57,11 @@ def compare(old, new):
     return lines, same
 
 
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def compile_cubin(tree, source, arch, out):
     cmd = ["nvcc", f"-arch={arch}", f"-I{tree}/include", f"-I{tree}/src", *NVCC_FLAGS, "-o", out,
            os.path.join(tree, source)]
@@ -82,12 +87,12 @@ def main(argv=None):
                     for side, tree in (("old", args.paths[0]), ("new", args.paths[1])):
                         out = os.path.join(tmp, f"{side}{i}.cubin")
                         compile_cubin(tree, source, args.arch, out)
-                        sides.append(open(out, "rb").read())
+                        sides.append(read_file(out))
                     pairs.append((source, *sides))
         else:
             if len(args.paths) != 2:
                 p.error("give two cubins (or --trees)")
-            pairs = [("", open(args.paths[0], "rb").read(), open(args.paths[1], "rb").read())]
+            pairs = [("", *(read_file(path) for path in args.paths))]
         differing = 0
         for label, old_data, new_data in pairs:
             lines, same = compare(text_sections(old_data), text_sections(new_data))

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GPU checks of one built tree, as the device-call scripts run them: its GPU tests (CHECK_TESTS, a gtest
 # filter; default FA3_CANDIDATE_TESTS or the fa3 tests, 'Fa3*:*/fa3'), then memcheck and racecheck of
-# CHECK_SANITIZE (default Fa3Forward.SmallShapes). Either set to empty skips that step. Logs go to LOGDIR/tests<SUFFIX>.log, memcheck<SUFFIX>.log
-# and racecheck<SUFFIX>.log; one line per step ("tests NAME rc N: ...", the failed tests, "memcheck NAME rc N:
-# <summary>", ...) is appended to CHECKS and printed. The environment passes through to the tests
-# (FLASHATTN_FA3_CANDIDATE=1 or FLASHATTN_FA2_CANDIDATE=1 checks the candidate form of a candidate build).
+# CHECK_SANITIZE (default Fa3Forward.SmallShapes); either set to empty skips that step. Logs go to
+# LOGDIR/tests<SUFFIX>.log, memcheck<SUFFIX>.log and racecheck<SUFFIX>.log; one line per step ("tests NAME
+# rc N: ...", the failed tests, "memcheck NAME rc N: <summary>", ...) is appended to CHECKS and printed. The
+# environment passes through to the tests (FLASHATTN_FA3_CANDIDATE=1 or FLASHATTN_FA2_CANDIDATE=1 checks the
+# candidate form of a candidate build).
 #
 # Usage: bash scripts/tree_gpu_checks.sh TEST_BINARY LOGDIR CHECKS NAME [SUFFIX]
 set -uo pipefail
