@@ -2,7 +2,7 @@
 # Device call (~230 s with the machine's start): the candidate patch applied to the copy on the GPU machine,
 # then scripts/candidate_ab.sh (one build with both forms, the candidate's fa3 GPU tests and sanitizers, the
 # ptxas summary, bench/candidate_ab.py). The patch is against the commit in index.json.
-# On the GPU machine: bash bench/results/gpu-20261207-fa3-early-next-ab/run.sh $OUT
+# On the GPU machine: bash bench/results/h100-20261207-fa3-early-next-ab/run.sh $OUT
 set -uo pipefail
 D=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CAND_ALGO=fa3 CAND_PATCH="$D/early-next-candidate.patch" \
