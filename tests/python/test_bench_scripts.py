@@ -3,10 +3,10 @@ the median of the timed calls), the commit the merged results record, and the me
 one-process decode comparison's arguments and per-round ratios (bench/decode_ab.py) and the rounds' order
 (bench/interleaved.py); the targets report of bench/targets.py; the profile reader scripts/ncu_stalls.py on a
 small made-up listing; the probe insertion of scripts/decode_lab.py on the library's decode kernel; the A/B
-table of scripts/fa3_ab.sh, the source trees of scripts/ab_trees.sh, the probe of scripts/fa3_probe.sh and the
-decode A/B call of scripts/decode_ab_call.sh; the SASS counts and the overlap check of scripts/gpu_check.sh
-(scripts/sass_counts.awk, scripts/sass_overlap.awk); and the per-kernel code comparison of
-scripts/kernel_text.py on made-up ELF files."""
+table of scripts/fa3_ab.sh, the source trees of scripts/ab_trees.sh, the probe of scripts/fa3_probe.sh, the
+decode A/B call of scripts/decode_ab_call.sh and the forms in turn of scripts/candidate_ab_forms.sh; the SASS
+counts and the overlap check of scripts/gpu_check.sh (scripts/sass_counts.awk, scripts/sass_overlap.awk); and
+the per-kernel code comparison of scripts/kernel_text.py on made-up ELF files."""
 
 import csv
 import json
@@ -808,6 +808,30 @@ def test_decode_ab_call_builds_tests_times_sanitizes_and_packs_four_files(tmp_pa
     assert [c.split(" rc")[0] for c in checks2] == ["build a", "build b", "tests new"]
     with tarfile.open(out2 / "logs.tar.gz") as tar:
         assert sorted(tar.getnames()) == ["build-a.log", "build-b.log", "probe.jsonl", "tests-new.log"]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_candidate_ab_forms_runs_each_form_with_its_patch_and_packs_it(tmp_path):
+    # candidate_ab.sh stubbed: it records the patch it was given and the environment passed through.
+    scripts = tmp_path / "scripts"
+    _stub(scripts / "candidate_ab_forms.sh", "")
+    shutil.copy(os.path.join(SCRIPTS, "candidate_ab_forms.sh"), scripts / "candidate_ab_forms.sh")
+    _stub(scripts / "candidate_ab.sh", 'echo "$CAND_PATCH $CAND_SHAPES" > "$1/ab.txt"; echo "timed $CAND_PATCH"\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, CAND_SHAPES="64:512:1")
+    run = subprocess.run(["bash", str(scripts / "candidate_ab_forms.sh"), str(out), "s3=/p/three.patch",
+                          "s4=/p/four.patch"], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines() == ["timed /p/three.patch", "timed /p/four.patch"]
+    assert sorted(os.listdir(out)) == ["s3.tar.gz", "s4.tar.gz"]
+    for name, patch in (("s3", "/p/three.patch"), ("s4", "/p/four.patch")):
+        with tarfile.open(out / (name + ".tar.gz")) as tar:
+            assert sorted(tar.getnames()) == [name, name + "/ab.txt", name + "/console.txt"]
+            assert tar.extractfile(name + "/ab.txt").read().decode() == patch + " 64:512:1\n"
+    bad = subprocess.run(["bash", str(scripts / "candidate_ab_forms.sh"), str(out), "three.patch"],
+                         capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "NAME=PATCH" in bad.stderr
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("cmake") is None or shutil.which("ninja") is None,
