@@ -51,12 +51,19 @@ inline int fa3_consumers(const detail::Problem& p) {
   return fa3_consumers(d);
 }
 
-// K/V ring depth: four stages for head dim 64 on 192-row tiles, two elsewhere. Measured on the H200
-// (bench/results/h200-20261203-fa3-d64-short-causal/, forward sweep, 2 passes, four stages at head dim 64):
-// 192-row tiles non-causal +1.2, +1.7, +3.6, +1.9% at N 512-4096 (both passes above both of the base's),
-// -0.3..+0.3% beyond and causal; the 128-row tiles -1.3% and -0.9%, so they keep two. (Kernels the
-// change did not touch moved -2.2..+1.3% in that call.)
-constexpr int fa3_stages(int head_dim, int consumers) { return head_dim == 64 && consumers == 3 ? 4 : 2; }
+// K/V ring depth: four stages for head dim 64 on 192-row tiles, three on its 128-row tiles, two elsewhere
+// (head dims 128 and 256 have no room for a third). Four at head dim 64, measured on the H200
+// (bench/results/h200-20261203-fa3-d64-short-causal/, forward sweep, 2 passes): 192-row tiles non-causal
+// +1.2, +1.7, +3.6, +1.9% at N 512-4096 (both passes above both of the base's), -0.3..+0.3% beyond and
+// causal (kernels the change did not touch moved -2.2..+1.3% in that call). On the 128-row tiles (causal
+// problems up to 1024 keys, one to eight key blocks a tile) a tile's second block waits for the stage of the
+// tile before's last block; with three stages it takes an earlier one. Timed in one process against two
+// stages (H100, bench/results/h100-20261207-fa3-d64-ring-ab/, two calls): causal N 768 +1.4%, N 1024 +1.8%
+// in both calls, N 512 +0.2% and -0.6% (the no-change controls 1.000 and 0.991); four stages: N 512 -0.8%,
+// N 1024 +0.7%.
+constexpr int fa3_stages(int head_dim, int consumers) {
+  return head_dim != 64 ? 2 : consumers == 3 ? 4 : 3;
+}
 
 // Ping-pong between the consumers everywhere but on the 128-row tiles of head dim 64 (short causal
 // problems: one to eight key blocks per tile), where each consumer issues its GEMMs as soon as its operands

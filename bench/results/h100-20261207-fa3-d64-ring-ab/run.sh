@@ -3,7 +3,7 @@
 # stages-4.patch on top (four): each form through scripts/candidate_ab.sh (CAND_ALGO=fa3: one build with both
 # forms, the candidate's fa3 GPU tests and sanitizers, the ptxas summary, bench/candidate_ab.py), packed as
 # OUT/s3.tar.gz and OUT/s4.tar.gz. FORMS=3 runs the first alone.
-# On the GPU machine: bash bench/results/gpu-20261207-fa3-d64-ring-ab/run.sh $OUT
+# On the GPU machine: bash bench/results/h100-20261207-fa3-d64-ring-ab/run.sh $OUT
 set -uo pipefail
 D=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 forms=()
