@@ -4,12 +4,19 @@ section of each kernel in two cubins (ELF files) compared byte for byte. A chang
 kernels as they were measured (a refactor, a path only another configuration takes) is checked this way.
 
 Usage:
-  kernel_text.py OLD.cubin NEW.cubin
-  kernel_text.py --trees OLD_TREE NEW_TREE SOURCE [SOURCE ...] [--arch sm_90a]
+  kernel_text.py OLD.cubin NEW.cubin [--by-code]
+  kernel_text.py --trees OLD_TREE NEW_TREE SOURCE [SOURCE ...] [--arch sm_90a] [--old-define NAME=VALUE ...]
+                 [--by-code]
 With --trees, each SOURCE (a path inside the trees, e.g. src/cuda/sm90/fa3_fwd_hd128.cu) is first compiled in
 both trees to a cubin (nvcc -cubin, the library's defines and include paths, no line info, so that moved
-lines do not count as changes). Prints one line per kernel that differs or that only one side has, then a
-summary. Exit status: 0 when every kernel is on both sides with the same code, 1 otherwise, 2 on bad input.
+lines do not count as changes); --old-define adds a definition to the old side's compile only (e.g.
+FLASHATTN_FA3_CANDIDATE=1: a candidate build, which holds the measured candidate form beside the shipped one).
+Prints one line per kernel that differs or that only one side has, then a summary. Exit status: 0 when every
+kernel is on both sides with the same code, 1 otherwise, 2 on bad input.
+--by-code matches kernels by their code instead of their names, for an adopted candidate form, whose kernels
+are named by another configuration: every new kernel must have the code of some old kernel (old kernels
+without a new one, such as a candidate build's shipped form, do not count); one line per new kernel whose
+code no old kernel has, then a summary; exit status 0 when there is none.
 """
 
 import argparse
@@ -57,14 +64,22 @@ def compare(old, new):
     return lines, same
 
 
+def compare_by_code(old, new):
+    """Lines naming each new kernel whose code no old kernel has, and the number that have it."""
+    old_code = set(old.values())
+    lines = [f"no old kernel has the code of: {name[len('.text.'):]}"
+             for name in sorted(new) if new[name] not in old_code]
+    return lines, len(new) - len(lines)
+
+
 def read_file(path):
     with open(path, "rb") as f:
         return f.read()
 
 
-def compile_cubin(tree, source, arch, out):
-    cmd = ["nvcc", f"-arch={arch}", f"-I{tree}/include", f"-I{tree}/src", *NVCC_FLAGS, "-o", out,
-           os.path.join(tree, source)]
+def compile_cubin(tree, source, arch, out, defines=()):
+    cmd = ["nvcc", f"-arch={arch}", f"-I{tree}/include", f"-I{tree}/src", *NVCC_FLAGS,
+           *(f"-D{d}" for d in defines), "-o", out, os.path.join(tree, source)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"nvcc failed on {os.path.join(tree, source)}:\n{result.stderr[-2000:]}")
@@ -75,7 +90,13 @@ def main(argv=None):
     p.add_argument("paths", nargs="+", help="OLD.cubin NEW.cubin, or with --trees OLD_TREE NEW_TREE SOURCE...")
     p.add_argument("--trees", action="store_true", help="compile SOURCE in both trees first")
     p.add_argument("--arch", default="sm_90a", help="nvcc -arch for --trees (default sm_90a)")
+    p.add_argument("--old-define", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --trees: a definition for the old side's compile only (repeatable)")
+    p.add_argument("--by-code", action="store_true",
+                   help="match kernels by code, not name: every new kernel must have some old kernel's code")
     args = p.parse_args(argv)
+    if args.old_define and not args.trees:
+        p.error("--old-define needs --trees")
     try:
         if args.trees:
             if len(args.paths) < 3:
@@ -84,9 +105,9 @@ def main(argv=None):
             with tempfile.TemporaryDirectory() as tmp:
                 for i, source in enumerate(args.paths[2:]):
                     sides = []
-                    for side, tree in (("old", args.paths[0]), ("new", args.paths[1])):
+                    for side, tree, defines in (("old", args.paths[0], args.old_define), ("new", args.paths[1], ())):
                         out = os.path.join(tmp, f"{side}{i}.cubin")
-                        compile_cubin(tree, source, args.arch, out)
+                        compile_cubin(tree, source, args.arch, out, defines)
                         sides.append(read_file(out))
                     pairs.append((source, *sides))
         else:
@@ -95,11 +116,17 @@ def main(argv=None):
             pairs = [("", *(read_file(path) for path in args.paths))]
         differing = 0
         for label, old_data, new_data in pairs:
-            lines, same = compare(text_sections(old_data), text_sections(new_data))
+            old, new = text_sections(old_data), text_sections(new_data)
             prefix = f"{label}: " if label else ""
+            if args.by_code:
+                lines, same = compare_by_code(old, new)
+                summary = f"{same} of {len(new)} new kernels have an old kernel's code"
+            else:
+                lines, same = compare(old, new)
+                summary = f"{same} kernels identical, {len(lines)} not"
             for line in lines:
                 print(prefix + line)
-            print(f"{prefix}{same} kernels identical, {len(lines)} not")
+            print(prefix + summary)
             differing += len(lines)
     except (OSError, ValueError, RuntimeError) as e:
         print(f"kernel_text: {e}", file=sys.stderr)

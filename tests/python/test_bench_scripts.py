@@ -1114,3 +1114,20 @@ def test_kernel_text_compares_each_kernels_code_and_says_which_differ(tmp_path, 
     assert capsys.readouterr().out.splitlines() == ["3 kernels identical, 0 not"]
     (tmp_path / "not.cubin").write_bytes(b"#!/bin/sh\n")
     assert kernel_text.main([str(tmp_path / "not.cubin"), str(tmp_path / "old.cubin")]) == 2
+
+
+def test_kernel_text_by_code_finds_each_new_kernel_among_the_old_ones_under_any_name(tmp_path, capsys):
+    # An adopted candidate form: the candidate build (old) holds the shipped and the candidate kernels, the new
+    # build the candidate's code under the shipped kernel's name.
+    old = _elf({".text.k_shipped": b"\x01", ".text.k_candidate": b"\x02", ".text.k_other": b"\x03"})
+    new = _elf({".text.k_shipped": b"\x02", ".text.k_other": b"\x03"})
+    wrong = _elf({".text.k_shipped": b"\x04", ".text.k_other": b"\x03"})
+    for name, data in (("old", old), ("new", new), ("wrong", wrong)):
+        (tmp_path / f"{name}.cubin").write_bytes(data)
+    assert kernel_text.main([str(tmp_path / "old.cubin"), str(tmp_path / "new.cubin"), "--by-code"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["2 of 2 new kernels have an old kernel's code"]
+    assert kernel_text.main([str(tmp_path / "old.cubin"), str(tmp_path / "wrong.cubin"), "--by-code"]) == 1
+    assert capsys.readouterr().out.splitlines() == ["no old kernel has the code of: k_shipped",
+                                                    "1 of 2 new kernels have an old kernel's code"]
+    with pytest.raises(SystemExit):
+        kernel_text.main([str(tmp_path / "old.cubin"), str(tmp_path / "new.cubin"), "--old-define", "X=1"])
