@@ -814,9 +814,8 @@ def test_decode_ab_call_builds_tests_times_sanitizes_and_packs_four_files(tmp_pa
 def test_candidate_ab_forms_runs_each_form_with_its_patch_and_packs_it(tmp_path):
     # candidate_ab.sh stubbed: it records the patch it was given and the environment passed through.
     scripts = tmp_path / "scripts"
-    _stub(scripts / "candidate_ab_forms.sh", "")
-    shutil.copy(os.path.join(SCRIPTS, "candidate_ab_forms.sh"), scripts / "candidate_ab_forms.sh")
     _stub(scripts / "candidate_ab.sh", 'echo "$CAND_PATCH $CAND_SHAPES" > "$1/ab.txt"; echo "timed $CAND_PATCH"\n')
+    shutil.copy(os.path.join(SCRIPTS, "candidate_ab_forms.sh"), scripts / "candidate_ab_forms.sh")
     out = tmp_path / "out"
     out.mkdir()
     env = dict(os.environ, CAND_SHAPES="64:512:1")
