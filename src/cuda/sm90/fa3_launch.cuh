@@ -42,7 +42,9 @@ constexpr int fa3_consumers(int head_dim) { return head_dim == 64 ? 3 : 2; }
 // ... except for causal problems whose query and key lengths are both at most this: there a tile has few key
 // blocks (a 192-row tile at N 512 also pads a third of its last rows), and two consumers (128-row tiles,
 // more tiles to spread over the SMs) measured 11-12% faster at N 512 and 1024 on an H200, while they are
-// 3-10% slower from N 2048 and 3-15% slower without a mask at every length.
+// 3-10% slower from N 2048 and 3-15% slower without a mask at every length. With the three-stage ring and
+// the scheduler's tile setup, 2048 was timed again: 3.7% slower at causal N 2048 (H100, one process,
+// bench/results/h100-20261207-fa3-d64-two-consumer-2048-ab/).
 constexpr int64_t kFa3TwoConsumerCausalMaxLen = 1024;
 inline int fa3_consumers(const detail::Problem& p) {
   const int d = fa3_kernel_head_dim(p.head_dim);
