@@ -3,7 +3,7 @@
 # then scripts/candidate_ab.sh (one build with both forms, the candidate's fa3 GPU tests and sanitizers, the
 # ptxas summary, bench/candidate_ab.py), then the SASS of the head-dim-128 bf16 kernels of both forms (where the
 # F2FP packs sit against the P V wait). The patch is against the commit in index.json.
-# On the GPU machine: bash bench/results/gpu-20261207-fa3-early-pack-ab/run.sh $OUT
+# On the GPU machine: bash bench/results/h100-20261207-fa3-early-pack-ab/run.sh $OUT
 # (PATCH=early-pack-candidate.patch for the first form, the one with register copies.)
 set -uo pipefail
 D=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
