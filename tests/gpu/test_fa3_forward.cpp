@@ -311,7 +311,7 @@ TEST(Fa3Forward, HeadDimsBetweenKernelSizes) {
   w.window_left = 70;
   w.window_right = 10;
   w.softcap = 30.0f;
-  fat::check_forward_case(w, "fa3_fwd_sm90_bf16_hd128_m128n128_d96");
+  fat::check_forward_case(w, "fa3_fwd_sm90_bf16_hd128_m128n128_d96_softcap");
   Case varlen = fa3_case("partial-cols-varlen", DType::kFloat16, 192, 0, 0);
   varlen.lens_q = {130, 0, 7, 300};
   varlen.lens_k = {200, 5, 0, 290};
@@ -345,7 +345,7 @@ TEST(Fa3Forward, GqaPackedTiles) {
   w.window_left = 30;
   w.window_right = 5;
   w.softcap = 20.0f;
-  fat::check_forward_case(w, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa8");
+  fat::check_forward_case(w, "fa3_fwd_sm90_bf16_hd128_m128n128_gqa8_softcap");
   Case varlen = fa3_case("gqa-packed-varlen", DType::kBFloat16, 128, 0, 0);
   varlen.lens_q = {1, 0, 3, 9};
   varlen.lens_k = {50, 7, 0, 300};
@@ -600,6 +600,36 @@ TEST(Fa3Forward, AutoPicksFa3WhereItRuns) {
   fat::expect_kernel(info, kFa2BackwardPrefix);
 }
 
+// Problems with a softcap run the kernels that carry its code (Fa3Config::kSoftcap, "_softcap" in the name),
+// every other problem the kernels without it: each kernel head dim and both head-dim-64 tile shapes, with and
+// without a softcap, against the reference, the whole name compared.
+TEST(Fa3Forward, SoftcapKernels) {
+  FA_SKIP_UNLESS_DEVICE_RUNS(fat::fa3_algo());
+  struct Shape {
+    DType dtype;
+    int64_t d, sq, sk;
+    bool causal;
+    const char* kernel;
+  };
+  for (const Shape& v : {Shape{DType::kBFloat16, 64, 300, 300, true, "fa3_fwd_sm90_bf16_hd64_m128n128"},
+                         Shape{DType::kFloat16, 64, 200, 1100, false, "fa3_fwd_sm90_fp16_hd64_m192n128"},
+                         Shape{DType::kBFloat16, 128, 257, 300, true, "fa3_fwd_sm90_bf16_hd128_m128n128"},
+                         Shape{DType::kFloat16, 256, 130, 200, false, "fa3_fwd_sm90_fp16_hd256_m128n64"}}) {
+    for (float softcap : {0.0f, 15.0f}) {
+      Case c = fa3_case("softcap-kernels", v.dtype, v.d, v.sq, v.sk);
+      c.causal = v.causal;
+      c.softcap = softcap;
+      const std::string expected = std::string(v.kernel) + (softcap > 0.0f ? "_softcap" : "");
+      const fat::ForwardCall call = [expected](const flashattn::AttentionArgs& a, RunInfo* info) {
+        const Status s = flashattn::forward(a, info);
+        if (s.ok()) EXPECT_EQ(info->kernel, expected);
+        return s;
+      };
+      fat::check_forward_case(c, expected, call);
+    }
+  }
+}
+
 constexpr Fa3Ablation kVariants[] = {Fa3Ablation::kFull, Fa3Ablation::kNoWarpSpecialization,
                                      Fa3Ablation::kNoPingPong, Fa3Ablation::kNoIntraWarpgroupOverlap};
 
@@ -625,6 +655,10 @@ TEST(Fa3Forward, AblationVariantsMatchReference) {
   varlen.heads_kv = 2;
   varlen.causal = true;
   shapes.push_back(varlen);
+  Case capped = fa3_case("ablation-softcap", DType::kBFloat16, 128, 200, 300);  // the variants keep its code
+  capped.softcap = 10.0f;
+  capped.causal = true;
+  shapes.push_back(capped);
 
   for (Fa3Ablation v : kVariants) {
     SCOPED_TRACE(std::string("variant ") + to_string(v));

@@ -18,7 +18,7 @@ namespace flashattn::cuda::fa3 {
 
 template <int kHeadDim_, int kConsumerWarpgroups_, int kBlockN_, int kStages_, bool kWarpSpecialized_,
           bool kPingPong_, bool kIntraOverlap_, bool kAblation_ = false, bool kPartialCols_ = false,
-          bool kPackGqa_ = false, bool kCandidate_ = false>
+          bool kPackGqa_ = false, bool kSoftcap_ = true, bool kCandidate_ = false>
 struct Fa3Config {
   static constexpr int kHeadDim = kHeadDim_;
   // Each consumer warpgroup owns 64 rows (one wgmma M) of the Q tile.
@@ -42,6 +42,15 @@ struct Fa3Config {
   // Fa3Params::pack_group), so one tile of few tokens fills its rows from the G heads that share its K and
   // V. Q loads through a 5-d tensor map (head dim, G, KV heads, tokens, batch); the mask goes by token.
   static constexpr bool kPackGqa = kPackGqa_;
+  // The softcap's tanh in the kernel, applied where the problem has one (a branch per block); without it the
+  // kernel has no softcap code at all, and the launch takes such a kernel for every problem without a softcap
+  // (launch_full). The tanh loop, ~17 instructions per score in every softmax of the kernel, was more than
+  // half of each kernel's code; compiled out, the kernels without it ran faster though they never took that
+  // branch: in one process on an H100 against the kernels with it (30 rounds of 10 calls,
+  // bench/results/h100-20261207-fa3-no-softcap-code-ab/), d 128 +0.7..+1.6% (N 512 to 8192, causal N 8192),
+  // d 64 +1.6..+4.9% (causal N 512 and 1024 on 128-row tiles the most), d 256 +0.0..+0.4%. The ablation's
+  // variants keep the softcap code, as measured there.
+  static constexpr bool kSoftcap = kSoftcap_;
   // The candidate form of a full kernel: a change under test is written as code that only this form takes
   // (if constexpr (Cfg::kCandidate)), and a build with FLASHATTN_FA3_CANDIDATE=ON compiles both forms, picked
   // per call by the environment (fa3_candidate_requested), so that one process can time them in alternation

@@ -308,9 +308,11 @@ template <bool kMasked, typename Cfg>
 __device__ __forceinline__ void prepare_scores(ConsumerState<Cfg>& st, const SoftmaxParams& sp, int key0,
                                                int quad) {
   constexpr int kN = Cfg::kBlockN / 2;
-  if (sp.cap_inner != 0.0f) {
+  if constexpr (Cfg::kSoftcap) {
+    if (sp.cap_inner != 0.0f) {
 #pragma unroll
-    for (int i = 0; i < kN; ++i) st.s[i] = tanhf(st.s[i] * sp.cap_inner) * sp.cap;
+      for (int i = 0; i < kN; ++i) st.s[i] = tanhf(st.s[i] * sp.cap_inner) * sp.cap;
+    }
   }
   if constexpr (kMasked) {
     using Columns = core::ColumnMask<Cfg::kBlockN / 8>;

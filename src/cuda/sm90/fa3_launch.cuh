@@ -77,9 +77,10 @@ constexpr bool fa3_ping_pong(int head_dim, int consumers) { return !(head_dim ==
 
 template <int kHeadDim, bool kWs = true, bool kPing = true, bool kOverlap = true,
           int kConsumers = fa3_consumers(kHeadDim), bool kAblation = false, bool kPartialCols = false,
-          bool kPackGqa = false>
+          bool kPackGqa = false, bool kSoftcap = true>
 using ConfigFor = Fa3Config<kHeadDim, kConsumers, fa3_block_n(kHeadDim), fa3_stages(kHeadDim, kConsumers), kWs,
-                            kPing && fa3_ping_pong(kHeadDim, kConsumers), kOverlap, kAblation, kPartialCols, kPackGqa>;
+                            kPing && fa3_ping_pong(kHeadDim, kConsumers), kOverlap, kAblation, kPartialCols, kPackGqa,
+                            kSoftcap>;
 
 // GQA packing (Fa3Config::kPackGqa, the rule in gqa_pack_group) on the full-width kernels of head dims 64
 // and 128: not on the partial-column forms, and not at head dim 256, whose packed kernel spilled 24 bytes
@@ -134,9 +135,10 @@ Status launch_config(const detail::Problem& prob, const Context& ctx) {
 // The candidate form of a full kernel configuration (Fa3Config::kCandidate, cuda/common/candidate.h).
 template <typename Cfg>
 struct CandidateOf;
-template <int D, int C, int N, int S, bool kWs, bool kPing, bool kOverlap, bool kAbl, bool kPart, bool kPack>
-struct CandidateOf<Fa3Config<D, C, N, S, kWs, kPing, kOverlap, kAbl, kPart, kPack, false>> {
-  using type = Fa3Config<D, C, N, S, kWs, kPing, kOverlap, kAbl, kPart, kPack, true>;
+template <int D, int C, int N, int S, bool kWs, bool kPing, bool kOverlap, bool kAbl, bool kPart, bool kPack,
+          bool kCap>
+struct CandidateOf<Fa3Config<D, C, N, S, kWs, kPing, kOverlap, kAbl, kPart, kPack, kCap, false>> {
+  using type = Fa3Config<D, C, N, S, kWs, kPing, kOverlap, kAbl, kPart, kPack, kCap, true>;
 };
 
 // A full kernel configuration, or its candidate form where the build has one and the call asks for it.
@@ -165,16 +167,24 @@ inline int fa3_run_block_n(int head_dim, int consumers) {
 }
 
 // The full kernel (kConsumers: fa3_consumers of the problem where a head dim has two tile shapes), on the
-// kernel of kHeadDim columns or, for a smaller head dim, its partial-column form (Fa3Config::kPartialCols).
-template <int kHeadDim, typename T, int kConsumers = fa3_consumers(kHeadDim)>
-Status launch_full(const detail::Problem& prob, const Context& ctx) {
+// kernel of kHeadDim columns or, for a smaller head dim, its partial-column form (Fa3Config::kPartialCols),
+// with the softcap's code where the problem has a softcap and without it otherwise (Fa3Config::kSoftcap).
+template <int kHeadDim, int kConsumers, bool kPartialCols, bool kPackGqa, bool kSoftcap>
+using FullConfigFor = ConfigFor<kHeadDim, true, true, true, kConsumers, false, kPartialCols, kPackGqa, kSoftcap>;
+template <int kHeadDim, typename T, int kConsumers, bool kSoftcap>
+Status launch_full_forms(const detail::Problem& prob, const Context& ctx) {
   if (prob.head_dim < kHeadDim)
-    return launch_shipped<ConfigFor<kHeadDim, true, true, true, kConsumers, false, true>, T>(prob, ctx);
+    return launch_shipped<FullConfigFor<kHeadDim, kConsumers, true, false, kSoftcap>, T>(prob, ctx);
   if constexpr (fa3_packs_gqa(kHeadDim)) {
     if (fa3_pack_group(prob, 64 * kConsumers) > 1)
-      return launch_shipped<ConfigFor<kHeadDim, true, true, true, kConsumers, false, false, true>, T>(prob, ctx);
+      return launch_shipped<FullConfigFor<kHeadDim, kConsumers, false, true, kSoftcap>, T>(prob, ctx);
   }
-  return launch_shipped<ConfigFor<kHeadDim, true, true, true, kConsumers>, T>(prob, ctx);
+  return launch_shipped<FullConfigFor<kHeadDim, kConsumers, false, false, kSoftcap>, T>(prob, ctx);
+}
+template <int kHeadDim, typename T, int kConsumers = fa3_consumers(kHeadDim)>
+Status launch_full(const detail::Problem& prob, const Context& ctx) {
+  if (prob.softcap > 0.0f) return launch_full_forms<kHeadDim, T, kConsumers, true>(prob, ctx);
+  return launch_full_forms<kHeadDim, T, kConsumers, false>(prob, ctx);
 }
 
 // The ablation: one overlap compiled out.
