@@ -75,20 +75,21 @@ def test_timer_warms_up_by_count_without_a_time():
 
 
 def test_timer_warms_up_until_the_time_has_passed():
-    torch, ends = FakeTorch(), []
+    torch, starts = FakeTorch(), []
     call_ms = 2.0
 
     def call():
+        starts.append(time.perf_counter())
         time.sleep(call_ms / 1e3)
-        ends.append(time.perf_counter())
 
     begin = time.perf_counter()
     ms = peers_sdpa.Timer(torch, warmup=1, repeat=3, warmup_ms=40.0).median_ms(call)
-    warmup_calls = len(ends) - 3
-    # At least 40 ms of untimed calls (by the clock: a sleep may last longer than asked), queued in batches
-    # rather than one sync per call.
+    warmup_calls = len(starts) - 3
+    # At least 40 ms of untimed calls (by the clock: a sleep may last longer than asked) before the first timed
+    # one starts, queued in batches rather than one sync per call. (The timer reads its clock after a call has
+    # returned, so the last untimed call may itself end a little before the 40 ms are up.)
     assert warmup_calls >= 1
-    assert (ends[warmup_calls - 1] - begin) * 1e3 >= 40.0
+    assert (starts[warmup_calls] - begin) * 1e3 >= 40.0
     assert torch.cuda.syncs < warmup_calls
     # The timed calls are measured one by one: about call_ms each.
     assert call_ms * 0.9 <= ms <= call_ms * 20
