@@ -193,7 +193,7 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
     if (p.head_dim != d) *kernel += "_d" + std::to_string(p.head_dim);  // its partial-column form
     const int group = variant == Fa3Variant::kFull ? fa3::fa3_pack_group(p, 64 * consumers) : 1;
     if (group > 1) *kernel += "_gqa" + std::to_string(group);  // GQA-packed tiles
-    if (variant == Fa3Variant::kFull && p.softcap > 0.0f) *kernel += "_softcap";  // the kernel with its code
+    if (variant == Fa3Variant::kFull && fa3::fa3_softcap_kernel(p)) *kernel += "_softcap";  // with its code
     if (variant == Fa3Variant::kFull && fa3_candidate_requested()) *kernel += kCandidateSuffix;
   }
   return Status::Ok();

@@ -166,6 +166,9 @@ inline int fa3_run_block_n(int head_dim, int consumers) {
   return fa3_block_n(head_dim);
 }
 
+// Whether a problem runs the full kernel with the softcap's code (the kernel name says so too).
+inline bool fa3_softcap_kernel(const detail::Problem& p) { return p.softcap > 0.0f; }
+
 // The full kernel (kConsumers: fa3_consumers of the problem where a head dim has two tile shapes), on the
 // kernel of kHeadDim columns or, for a smaller head dim, its partial-column form (Fa3Config::kPartialCols),
 // with the softcap's code where the problem has a softcap and without it otherwise (Fa3Config::kSoftcap).
@@ -183,7 +186,7 @@ Status launch_full_forms(const detail::Problem& prob, const Context& ctx) {
 }
 template <int kHeadDim, typename T, int kConsumers = fa3_consumers(kHeadDim)>
 Status launch_full(const detail::Problem& prob, const Context& ctx) {
-  if (prob.softcap > 0.0f) return launch_full_forms<kHeadDim, T, kConsumers, true>(prob, ctx);
+  if (fa3_softcap_kernel(prob)) return launch_full_forms<kHeadDim, T, kConsumers, true>(prob, ctx);
   return launch_full_forms<kHeadDim, T, kConsumers, false>(prob, ctx);
 }
 
