@@ -107,6 +107,12 @@ struct Fa3Config {
   // d256-ab/), nor on the three-consumer GQA-packed kernels (8 bytes of spills with it).
   static constexpr bool kSetupFromScheduler =
       kWarpSpecialized && kHeadDim != 256 && !(kPackGqa && kConsumerWarpgroups == 3);
+  // The tile's first block with its Q K^T and the deferred epilogue under it compiled once and only its
+  // softmax in the two forms (masked, unmasked; Consumer::run), rather than all of it per form: at head dim
+  // 128, where it measured +0.3% to +1.6% (H100, one process, 30 rounds; N 512-8192, and N 512 and 1024
+  // causal; bench/results/h100-20261207-fa3-first-block-once-ab/). Not at head dim 64 on two consumers,
+  // where it measured -5.3% at N 512 causal and -2.5% at N 1024 causal.
+  static constexpr bool kFirstBlockOnce = kDeferEpilogue && kConsumerWarpgroups == 2 && kHeadDim == 128;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? sm90::kWarpgroupThreads : 0);
   // Register split after setmaxnreg: the producer warpgroup (load thread, scheduler thread) needs its

@@ -633,6 +633,8 @@ struct Consumer {
   //
   // `idx` > 0 where the warpgroup has passed over the tile's first blocks (Cfg::kLeadSkip): its first block
   // is then block idx of the tile.
+  // Consumer::run spells these steps out instead where Cfg::kFirstBlockOnce: compiled once, only the softmax
+  // in both forms.
   template <bool kMasked>
   __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int idx,
                               int iter, bool pending, const TileEnd<T>& prev) {
@@ -1064,10 +1066,25 @@ struct Consumer {
           pending = false;
         }
       }
-      if (first_visible)
+      if constexpr (Cfg::kFirstBlockOnce) {
+        // first_block's steps with only the softmax in two forms, the rest compiled once (kDeferEpilogue, so
+        // with intra-warpgroup overlap: the P V runs with the next block).
+        qk_issue(st, base + lead);
+        if (pending) epilogue(st, prev);
+        reset_state(st);
+        qk_complete(st, w, lead, base + lead);
+        float factor[2];
+        const int key0 = (w.n_last - 1 - lead) * Cfg::kBlockN;
+        if (first_visible)
+          softmax_block<false>(st, sp, key0, quad(), factor);
+        else
+          softmax_block<true>(st, sp, key0, quad(), factor);
+        pack_p<Cfg, T>(st);
+      } else if (first_visible) {
         first_block<false>(st, sp, w, lead, base + lead, pending, prev);
-      else
+      } else {
         first_block<true>(st, sp, w, lead, base + lead, pending, prev);
+      }
       int idx = lead + 1;
       int n = w.n_last - 2 - lead;
       for (; n >= vis_hi; --n, ++idx) block<true>(st, sp, w, idx, base + idx);
