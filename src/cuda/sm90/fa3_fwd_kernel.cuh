@@ -634,7 +634,8 @@ struct Consumer {
   // `idx` > 0 where the warpgroup has passed over the tile's first blocks (Cfg::kLeadSkip): its first block
   // is then block idx of the tile.
   // Consumer::run spells these steps out instead where Cfg::kFirstBlockOnce: compiled once, only the softmax
-  // in both forms.
+  // in both forms. (Not by splitting this function in two: split, the other kernels, head dim 64's among
+  // them, compiled to other code than was measured.)
   template <bool kMasked>
   __device__ void first_block(ConsumerState<Cfg>& st, const SoftmaxParams& sp, const TileWork& w, int idx,
                               int iter, bool pending, const TileEnd<T>& prev) {
