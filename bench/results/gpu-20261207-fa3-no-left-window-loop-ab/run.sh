@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call (~250 s with the machine's start): the candidate patch applied to the copy on the GPU machine,
 # then scripts/candidate_ab.sh (one build with both forms, the candidate's fa3 GPU tests and sanitizers, the
-# ptxas summary, bench/candidate_ab.py). The patch is against the commit in index.json.
+# ptxas summary, bench/candidate_ab.py). The patch is against 5824c04 (and applies on the later commits).
 # On the GPU machine: bash bench/results/gpu-20261207-fa3-no-left-window-loop-ab/run.sh $OUT
 set -uo pipefail
 D=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
