@@ -111,7 +111,9 @@ struct Fa3Config {
   // softmax in the two forms (masked, unmasked; Consumer::run), rather than all of it per form: at head dim
   // 128, where it measured +0.3% to +1.6% (H100, one process, 30 rounds; N 512-8192, and N 512 and 1024
   // causal; bench/results/h100-20261207-fa3-first-block-once-ab/). Not at head dim 64 on two consumers,
-  // where it measured -5.3% at N 512 causal and -2.5% at N 1024 causal.
+  // where it measured -5.3% at N 512 causal and -2.5% at N 1024 causal. The one copy of the epilogue has the
+  // wgmma wait ptxas injects (C7517), which only the masked copy had: with it the unmasked form's epilogue
+  // too runs after the first Q K^T completes, and the kernel still measured faster.
   static constexpr bool kFirstBlockOnce = kDeferEpilogue && kConsumerWarpgroups == 2 && kHeadDim == 128;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * sm90::kWarpgroupThreads;
   static constexpr int kThreads = kConsumerThreads + (kWarpSpecialized ? sm90::kWarpgroupThreads : 0);
