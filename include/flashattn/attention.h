@@ -51,7 +51,9 @@ struct AttentionArgs {
   TensorView lse;  // optional output in forward; required input in backward
 
   // Varlen: int32 [batch + 1] prefix sums of the sequence lengths, in the same memory as q.
-  // Both or neither. With them, q/k/v/out are packed 3-D tensors.
+  // Both or neither. With them, q/k/v/out are packed 3-D tensors. Packed rows after the last sequence
+  // (cu_seqlens_q[batch] < rows of q) belong to no sequence: the forward writes out = 0 and lse = -inf there,
+  // the backward zero gradients (dq there, and dk and dv on the rows after cu_seqlens_k[batch]).
   TensorView cu_seqlens_q, cu_seqlens_k;
   int64_t max_seqlen_q = 0;  // varlen only: an upper bound of the sequence lengths (0 = compute it)
   int64_t max_seqlen_k = 0;

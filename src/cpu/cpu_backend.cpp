@@ -1,4 +1,5 @@
 // The CPU backend's entry points: which problems it runs, with which kernel, and what it supports.
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <new>
@@ -25,6 +26,34 @@ std::string kernel_name(const Problem& p) {
   const cpu::Bf16Products products = cpu::tile_products(p);
   const char* impl = products != cpu::Bf16Products::kFp32 ? cpu::bf16_products_name(products) : cpu::tile_gemm_impl();
   return std::string("cpu_fa2_") + (p.backward ? "bwd_" : "fwd_") + impl;
+}
+
+// Packed (varlen) rows after the last sequence belong to no sequence, yet every element of an output is
+// written, as the CUDA algorithms do: out = 0 and lse = -inf on the query rows after cu_seqlens_q's last
+// entry, zero gradients on those rows of dq and on the key rows after cu_seqlens_k's last entry of dk and dv.
+void zero_rows(const Strided& t, int64_t row_begin, int64_t row_end, int64_t heads, const Problem& p) {
+  const int64_t bytes = dtype_size(p.dtype);
+  for (int64_t r = row_begin; r < row_end; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      std::memset(static_cast<char*>(t.ptr) + (r * t.row_stride + h * t.head_stride) * bytes, 0,
+                  size_t(p.head_dim * bytes));  // 0.0 in fp32, fp16 and bf16 alike
+}
+
+void write_unowned_rows(const Problem& p) {
+  if (!p.varlen) return;
+  const int64_t q_end = p.cu_q.back(), k_end = p.cu_k.back();
+  if (!p.backward) {
+    zero_rows(p.out, q_end, p.total_q, p.heads_q, p);
+    if (p.lse.present())
+      for (int64_t r = q_end; r < p.total_q; ++r)
+        for (int64_t h = 0; h < p.heads_q; ++h)
+          static_cast<float*>(p.lse.ptr)[h * p.lse.head_stride + r * p.lse.row_stride] =
+              -std::numeric_limits<float>::infinity();
+    return;
+  }
+  zero_rows(p.dq, q_end, p.total_q, p.heads_q, p);
+  zero_rows(p.dk, k_end, p.total_k, p.heads_kv, p);
+  zero_rows(p.dv, k_end, p.total_k, p.heads_kv, p);
 }
 
 // Turns anything thrown outside the worker pool (task lists, row statistics) into a Status.
@@ -128,6 +157,7 @@ Status cpu_forward(const Problem& p, RunInfo* info) {
   if (!s.ok()) return s;
   return guarded([&] {
     const int workers = cpu::resolve_worker_count(p.num_threads, std::numeric_limits<int64_t>::max());
+    write_unowned_rows(p);
     return cpu::run_forward(p, cpu::forward_tile_shape(p), workers);
   });
 }
@@ -137,6 +167,7 @@ Status cpu_backward(const Problem& p, RunInfo* info) {
   if (!s.ok()) return s;
   return guarded([&] {
     const int workers = cpu::resolve_worker_count(p.num_threads, std::numeric_limits<int64_t>::max());
+    write_unowned_rows(p);
     return cpu::run_backward(p, cpu::backward_tile_shape(p), workers);
   });
 }

@@ -72,6 +72,7 @@ std::vector<CaseSpec> cases() {
   CaseSpec varlen = make(0, 0, 64, DType::kFloat32, true);
   varlen.lens_q = {17, 0, 113, 1, 40};
   varlen.lens_k = {31, 5, 113, 0, 20};  // an empty q sequence, an empty k sequence, q longer than k
+  varlen.varlen_tail_rows = 2;          // packed rows after the last sequence: out 0, lse -inf, gradients 0
   varlen.heads_q = 4;
   varlen.heads_kv = 2;
   v.push_back(varlen);
