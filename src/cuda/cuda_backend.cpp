@@ -5,6 +5,7 @@
 
 #include "api/backend.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/unowned_rows.h"
 #include "cuda/launch.h"
 
 namespace flashattn::detail {
@@ -162,10 +163,13 @@ Status cuda_forward(const Problem& p, RunInfo* info) {
   switch (info->algorithm) {
     case Algorithm::kStandard: return cuda::standard_forward(p, ctx);
     case Algorithm::kFA1: return cuda::fa1_forward(p, ctx);
-    case Algorithm::kFA2: return cuda::fa2_forward(p, ctx);
-    case Algorithm::kFA3: return cuda::fa3_forward(p, ctx);
+    // The tile kernels walk the rows of sequences only: the packed rows after the last one are written apart
+    // (standard and fa1 write them themselves).
+    case Algorithm::kFA2: s = cuda::fa2_forward(p, ctx); break;
+    case Algorithm::kFA3: s = cuda::fa3_forward(p, ctx); break;
     default: return Status::NotSupported(std::string("algorithm ") + to_string(info->algorithm) + ": not built");
   }
+  return s.ok() ? cuda::write_unowned_forward_rows(p, ctx) : s;
 }
 
 Status cuda_backward(const Problem& p, RunInfo* info) {
@@ -201,7 +205,8 @@ Status cuda_forward_fa3_ablation(const Problem& p, int variant, RunInfo* info) {
   info->algorithm = Algorithm::kFA3;
   // A variant's name adds which overlap it compiles out to the tile shape fa3_supports names.
   info->kernel = v == Fa3Ablation::kFull ? kernel : kernel + "_" + to_string(v);
-  return cuda::fa3_forward(p, ctx, static_cast<cuda::Fa3Variant>(variant));
+  s = cuda::fa3_forward(p, ctx, static_cast<cuda::Fa3Variant>(variant));
+  return s.ok() ? cuda::write_unowned_forward_rows(p, ctx) : s;
 }
 
 Status cuda_forward_kvcache(const KVCacheProblem& p, RunInfo* info) {

@@ -168,6 +168,25 @@ TEST_P(GpuForward, VarlenWithEmptySequences) {
   check(c);
 }
 
+// Packed rows after the last sequence belong to no sequence: out 0 and lse -inf there, as for a row that sees
+// no key (the tile kernels walk only the rows of sequences; the launch writes these).
+TEST_P(GpuForward, VarlenRowsAfterTheLastSequence) {
+  Case c = make("varlen-tail", DType::kBFloat16, 128, 0, 0);
+  c.lens_q = {40, 0, 77};
+  c.lens_k = {50, 9, 130};
+  c.heads_q = 4;
+  c.heads_kv = 2;
+  c.varlen_tail_rows = 5;
+  check(c);
+  c.dtype = DType::kFloat16;
+  c.head_dim = algo().dim(64);
+  c.causal = true;
+  c.layout = Layout::kHeadMajor;
+  check(c);
+  c.with_lse = false;
+  check(c);
+}
+
 TEST_P(GpuForward, NonContiguousStrides) {
   for (Layout layout : {Layout::kPadded, Layout::kHeadMajor})
     for (int64_t d : algo().dims({96, 128, 256})) {
