@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <optional>
 #include <random>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "common/attention_case.h"
 #include "common/bf16_products.h"
+#include "common/random_case.h"
 #include "cpu/tile_gemm.h"
 
 namespace fa = flashattn;
@@ -330,6 +332,32 @@ TEST(CpuAttentionEdge, ReportsTheKernelThatRan) {
   EXPECT_EQ(info.algorithm, fa::Algorithm::kFA2);
   EXPECT_FALSE(info.kernel.empty());
   EXPECT_EQ(harness::count_nan(c.out), c.out.numel()) << "check_supported must not run anything";
+}
+
+// Every option at once, drawn at random (tests/common/random_case.h): any head dim up to 256, the three
+// dtypes, varlen with empty sequences and tail rows, GQA/MQA, causal, windows, softcap, scales of either
+// sign, strided and head-major tensors, LSE, deterministic mode. Forward, then the backward from its
+// outputs, each against the float64 reference.
+TEST(CpuAttentionRandom, CombinedOptionsMatchTheReference) {
+  const uint64_t seed = harness::pick_seed();
+  std::cout << "[cpu random cases] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
+  std::mt19937_64 rng(seed);
+  fa::testing::RandomCaseRules rules;
+  rules.head_dims = fa::testing::head_dims_up_to_256(1);
+  rules.backward = true;
+  for (int i = 0; i < 40; ++i) {
+    const CaseSpec spec = fa::testing::random_case(rules, rng, i);
+    SCOPED_TRACE(spec.name() + " (seed " + std::to_string(seed) + ")");
+    HostCase c(spec, rng);
+    fa::RunInfo info;
+    fa::Status s = fa::forward(c.args(), &info);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(info.backend, fa::Backend::kCPU);
+    ASSERT_NO_FATAL_FAILURE(expect_forward_matches(c));
+    s = fa::backward(c.backward_args());
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_NO_FATAL_FAILURE(expect_backward_matches(c));
+  }
 }
 
 }  // namespace

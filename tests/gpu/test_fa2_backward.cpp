@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/attention_case.h"
+#include "common/random_case.h"
 #include "device_case.h"
 #include "flashattn/attention.h"
 #include "reference/harness.h"
@@ -228,6 +229,31 @@ std::vector<Case> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, Fa2Backward, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.label; });
+
+// Every option at once, drawn at random (tests/common/random_case.h): the backward's head dims, fp16 and
+// bf16, varlen with empty sequences and rows after the last one, GQA/MQA, causal, windows, softcap, scales of
+// either sign, strided and head-major tensors, deterministic mode or not.
+TEST(Fa2BackwardRandom, CombinedOptions) {
+  FA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = flashattn::testing::announce_seed("fa2 backward random cases");
+  std::mt19937_64 rng(seed);
+  flashattn::testing::RandomCaseRules rules;
+  rules.dtypes = {DType::kFloat16, DType::kBFloat16};
+  rules.head_dims = {64, 96, 128, 192, 256};
+  rules.backward = true;
+  rules.algorithm = flashattn::Algorithm::kFA2;
+  for (int i = 0; i < 24; ++i) {
+    const Case c = flashattn::testing::random_case(rules, rng, i);
+    SCOPED_TRACE(c.name() + " (seed " + std::to_string(seed) + ")");
+    std::cout << "  " << c.name() << "\n";
+    HostCase h(c, rng);
+    ASSERT_NO_FATAL_FAILURE(set_reference_forward(&h));
+    reference::Result ref, naive;
+    ASSERT_TRUE(reference::backward(h.backward_args(), reference::Precision::kFloat64, &ref).ok());
+    ASSERT_TRUE(reference::backward(h.backward_args(), reference::Precision::kNaive, &naive).ok());
+    ASSERT_NO_FATAL_FAILURE(flashattn::testing::expect_backward_matches_reference(&h, ref, naive, "fa2_bwd_sm80_"));
+  }
+}
 
 // Deterministic mode: the same inputs give bitwise-equal dq, dk, dv over many runs (causal + GQA, so
 // that dK/dV sum over a group and dQ over several KV tiles).

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/attention_case.h"
+#include "common/random_case.h"
 #include "core/numeric.h"
 #include "device_case.h"
 #include "flashattn/attention.h"
@@ -185,6 +186,20 @@ TEST_P(GpuForward, VarlenRowsAfterTheLastSequence) {
   check(c);
   c.with_lse = false;
   check(c);
+}
+
+// Every option at once, drawn at random (tests/common/random_case.h) within what the algorithm builds: any
+// multiple of 8 up to 256 where it pads head dims (its kernel sizes otherwise), fp16 and bf16, varlen with
+// empty sequences and rows after the last one, GQA/MQA, causal, windows, softcap, scales (negative where it
+// runs them), strided and head-major tensors, with and without LSE.
+TEST_P(GpuForward, RandomCombinedOptions) {
+  std::mt19937_64 draw(fat::next_forward_seed());
+  fat::RandomCaseRules rules;
+  rules.dtypes = {DType::kFloat16, DType::kBFloat16};
+  rules.head_dims = algo().pads_head_dim ? fat::head_dims_up_to_256(8) : algo().head_dims;
+  rules.negative_scale = algo().negative_scale;
+  rules.algorithm = algo().algorithm;
+  for (int i = 0; i < 32; ++i) check(fat::random_case(rules, draw, i));
 }
 
 TEST_P(GpuForward, NonContiguousStrides) {
