@@ -1,4 +1,4 @@
-// Attention cases drawn at random from the whole option space of a call: lengths, batch or varlen (empty
+// Attention and KV-cache cases drawn at random from the whole option space of a call: lengths, batch or varlen (empty
 // sequences and unowned tail rows included), GQA/MQA, head dim, dtype, causal mask, sliding window, softcap,
 // softmax scale, memory layout, LSE and deterministic mode, all in one draw. The curated suites list each
 // feature on its own or in a few pairs; these cases put any of them together (varlen with GQA, a window,
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/attention_case.h"
+#include "common/kvcache_case.h"
 
 namespace flashattn::testing {
 
@@ -142,6 +143,57 @@ inline CaseSpec random_case(const RandomCaseRules& r, std::mt19937_64& rng, int 
   c.with_backward = r.backward;
   c.with_lse = r.backward || d::chance(rng, 0.8);
   c.deterministic = r.backward && d::chance(rng, 0.5);
+  return c;
+}
+
+// What a KV-cache (decode) backend under test builds, for random_kv_case.
+struct RandomKVRules {
+  std::vector<DType> dtypes{DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  std::vector<int64_t> head_dims;
+  int64_t max_len = 600;               // the longest cache on its own
+  int64_t max_work = int64_t(12) << 20;  // batch x heads_q x seqlen_q x keys x head_dim at most
+  bool threads = false;                // draw the CPU backend's worker count too
+};
+
+// A KV-cache case: a batch of caches of unrelated lengths (empty ones, one token, long ones), contiguous or
+// paged with any page size (1, odd, larger than a sequence), 1..16 new query tokens, appended tokens (as many
+// as the query's or not), GQA/MQA, causal, windows, softcap, forced or heuristic split counts, padded q.
+inline KVCaseSpec random_kv_case(const RandomKVRules& r, std::mt19937_64& rng) {
+  namespace d = random_case_detail;
+  KVCaseSpec c;
+  c.dtype = d::pick(rng, r.dtypes);
+  c.head_dim = d::pick(rng, r.head_dims);
+  c.heads_kv = d::uniform(rng, 1, 3);
+  int64_t group = d::pick(rng, std::vector<int64_t>{1, 2, 4, 8});
+  while (group > 1 && c.heads_kv * group > 16) group /= 2;
+  c.heads_q = c.heads_kv * group;
+  c.seqlen_q = d::chance(rng, 0.4) ? 1 : d::uniform(rng, 2, 16);
+  c.seqlen_new = d::chance(rng, 0.5) ? 0 : d::uniform(rng, 1, c.seqlen_q + 3);
+  c.cache_lens.clear();
+  const int64_t batch = d::uniform(rng, 1, 4);
+  for (int64_t b = 0; b < batch; ++b) c.cache_lens.push_back(d::length(rng, 1, r.max_len, true));
+  auto work = [&] {
+    int64_t keys = 0;
+    for (size_t b = 0; b < c.cache_lens.size(); ++b) keys += c.len_k(b) + 1;
+    return keys * c.heads_q * c.seqlen_q * c.head_dim;
+  };
+  for (int64_t before = 0; work() > r.max_work && work() != before;) {  // halve the caches until it fits
+    before = work();
+    for (int64_t& l : c.cache_lens) l /= 2;
+  }
+  if (d::chance(rng, 0.6)) {
+    const std::vector<int64_t> sizes{1, 16, 64, 256};
+    c.page_size = d::chance(rng, 0.5) ? d::pick(rng, sizes) : d::uniform(rng, 2, 300);
+  }
+  c.causal = d::chance(rng, 0.4);
+  if (d::chance(rng, 0.3)) {
+    c.window_left = d::chance(rng, 0.7) ? d::uniform(rng, 0, 200) : -1;
+    c.window_right = c.window_left < 0 || d::chance(rng, 0.5) ? d::uniform(rng, 0, 16) : -1;
+  }
+  if (d::chance(rng, 0.25)) c.softcap = float(std::uniform_real_distribution<double>(0.5, 30.0)(rng));
+  c.num_splits = d::chance(rng, 0.5) ? 0 : int(d::uniform(rng, 1, kMaxKVSplits));
+  if (r.threads && d::chance(rng, 0.5)) c.num_threads = int(d::uniform(rng, 1, 8));
+  c.padded_q = d::chance(rng, 0.3);
   return c;
 }
 

@@ -5,12 +5,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/bf16_products.h"
 #include "common/kvcache_case.h"
+#include "common/random_case.h"
 #include "cpu/cpu_decode.h"
 #include "flashattn/flashattn_c.h"
 #include "flashattn/kvcache.h"
@@ -371,6 +373,29 @@ TEST(KVCacheValidation, CApiMirrorsTheCall) {
   ca.v_new = to_c(a.v_new);
   ASSERT_EQ(flashattn_forward_kvcache(&ca), FLASHATTN_OK) << flashattn_last_error();
   expect_result(c, e);
+}
+
+// Every option at once, drawn at random (tests/common/random_case.h): any head dim up to 256, the three
+// dtypes, caches of unrelated lengths, contiguous or paged with any page size, appended tokens, GQA/MQA,
+// masks, softcap, split counts, worker counts, padded q.
+TEST(KVCacheCpuRandom, CombinedOptionsMatchTheReference) {
+  const uint64_t seed = harness::pick_seed();
+  std::cout << "[cpu random kv-cache cases] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
+  std::mt19937_64 rng(seed);
+  fa::testing::RandomKVRules rules;
+  rules.head_dims = fa::testing::head_dims_up_to_256(1);
+  rules.threads = true;
+  for (int i = 0; i < 40; ++i) {
+    const KVCaseSpec spec = fa::testing::random_kv_case(rules, rng);
+    SCOPED_TRACE(spec.name() + " (seed " + std::to_string(seed) + ")");
+    HostKVCase c(spec, rng);
+    const KVExpected e = expected_for(c);
+    fa::RunInfo info;
+    const fa::Status s = fa::forward_kvcache(c.args(), &info);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(info.backend, fa::Backend::kCPU);
+    ASSERT_NO_FATAL_FAILURE(expect_result(c, e));
+  }
 }
 
 }  // namespace

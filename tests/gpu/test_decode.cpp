@@ -8,12 +8,14 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "api/kvcache_problem.h"
 #include "common/kvcache_case.h"
+#include "common/random_case.h"
 #include "cuda/decode/decode_heuristic.h"
 #include "cuda/decode/decode_kernels.h"
 #include "device_case.h"
@@ -728,6 +730,27 @@ TEST(DecodeHeuristic, TrustedIndicesBoundTheLongestSequenceByTheCapacity) {
   p.indices_on_host = false;
   p.cache_seqlens.clear();
   EXPECT_EQ(p.max_len_k(), 5000);
+}
+
+// Every option at once, drawn at random (tests/common/random_case.h): any multiple of 8 up to 256, fp16 and
+// bf16, caches of unrelated lengths, contiguous or paged with any page size, appended tokens, GQA/MQA, masks,
+// softcap, split counts, padded q.
+TEST(DecodeGpuRandom, CombinedOptions) {
+  FA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = announce_seed("decode random cases");
+  std::mt19937_64 rng(seed);
+  fa::testing::RandomKVRules rules;
+  rules.dtypes = {DType::kFloat16, DType::kBFloat16};
+  rules.head_dims = fa::testing::head_dims_up_to_256(8);
+  for (int i = 0; i < 32; ++i) {
+    const KVCaseSpec spec = fa::testing::random_kv_case(rules, rng);
+    SCOPED_TRACE(spec.name() + " (seed " + std::to_string(seed) + ")");
+    std::cout << "  " << spec.name() << "\n";
+    HostKVCase c(spec, rng);
+    const KVExpected e = expected_for(c);
+    ASSERT_NO_FATAL_FAILURE(run_on_gpu(&c));
+    ASSERT_NO_FATAL_FAILURE(expect_result(c, e));
+  }
 }
 
 }  // namespace

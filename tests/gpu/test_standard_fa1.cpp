@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/attention_case.h"
+#include "common/random_case.h"
 #include "device_case.h"
 #include "flashattn/attention.h"
 #include "reference/harness.h"
@@ -52,12 +53,9 @@ Case base_case() {
 
 const char* kernel_prefix(Algorithm a) { return a == Algorithm::kStandard ? "standard_" : "fa1_"; }
 
-class StandardFa1 : public ::testing::TestWithParam<Case> {};
-
-TEST_P(StandardFa1, ForwardAndBackwardMatchFloat64Reference) {
-  FA_SKIP_WITHOUT_GPU();
-  const Case& c = GetParam();
-  std::mt19937_64 rng(flashattn::testing::announce_seed(c.label));
+// The forward into poisoned out and LSE, then the backward from the float64 forward's out and LSE into
+// poisoned gradients, each against the reference, on inputs drawn from `rng`.
+void check_forward_and_backward(const Case& c, std::mt19937_64& rng) {
   HostCase h(c, rng);
   reference::Result ref, naive;
   ASSERT_TRUE(reference::backward(h.backward_args(), reference::Precision::kFloat64, &ref).ok());
@@ -76,6 +74,38 @@ TEST_P(StandardFa1, ForwardAndBackwardMatchFloat64Reference) {
   ASSERT_TRUE(h.set_forward_outputs(ref.out, ref.lse));
   ASSERT_NO_FATAL_FAILURE(
       flashattn::testing::expect_backward_matches_reference(&h, ref, naive, kernel_prefix(c.algorithm)));
+}
+
+class StandardFa1 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(StandardFa1, ForwardAndBackwardMatchFloat64Reference) {
+  FA_SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  std::mt19937_64 rng(flashattn::testing::announce_seed(c.label));
+  check_forward_and_backward(c, rng);
+}
+
+// Every option at once, drawn at random (tests/common/random_case.h) for each algorithm: its head dims (any
+// up to 128 for fa1, 256 for standard), fp16 and bf16, varlen with empty sequences and rows after the last
+// one, GQA/MQA, causal, windows, softcap, scales of either sign, strided and head-major tensors.
+TEST(StandardFa1Random, ForwardAndBackwardCombinedOptions) {
+  FA_SKIP_WITHOUT_GPU();
+  const uint64_t seed = flashattn::testing::announce_seed("standard and fa1 random cases");
+  std::mt19937_64 rng(seed);
+  for (Algorithm algo : {Algorithm::kStandard, Algorithm::kFA1}) {
+    flashattn::testing::RandomCaseRules rules;
+    rules.dtypes = {DType::kFloat16, DType::kBFloat16};
+    rules.head_dims = flashattn::testing::head_dims_up_to_256(1);
+    if (algo == Algorithm::kFA1) rules.head_dims.resize(128);
+    rules.backward = true;
+    rules.algorithm = algo;
+    for (int i = 0; i < 12; ++i) {
+      const Case c = flashattn::testing::random_case(rules, rng, i);
+      SCOPED_TRACE(std::string(kernel_prefix(algo)) + " " + c.name() + " (seed " + std::to_string(seed) + ")");
+      std::cout << "  " << kernel_prefix(algo) << " " << c.name() << "\n";
+      ASSERT_NO_FATAL_FAILURE(check_forward_and_backward(c, rng));
+    }
+  }
 }
 
 std::vector<Case> all_cases() {
