@@ -35,7 +35,7 @@ typedef struct flashattn_tensor {
 
 typedef struct flashattn_attention_args {
   flashattn_tensor q, k, v, out, lse;
-  flashattn_tensor cu_seqlens_q, cu_seqlens_k;
+  flashattn_tensor cu_seqlens_q, cu_seqlens_k; /* varlen; rows after the last sequence: out 0, lse -inf */
   int64_t max_seqlen_q, max_seqlen_k;
   float softmax_scale; /* 0 = 1/sqrt(head_dim) */
   int32_t causal;
