@@ -1,10 +1,10 @@
-// Attention and KV-cache cases drawn at random from the whole option space of a call: lengths, batch or varlen (empty
-// sequences and unowned tail rows included), GQA/MQA, head dim, dtype, causal mask, sliding window, softcap,
-// softmax scale, memory layout, LSE and deterministic mode, all in one draw. The curated suites list each
-// feature on its own or in a few pairs; these cases put any of them together (varlen with GQA, a window,
-// a softcap and head-major tensors in one call), so that an interaction no one listed still meets the
-// float64 reference. A draw depends only on the generator's state: a suite seeds it with one printed seed
-// (FLASHATTN_SEED repeats it) and names each case by CaseSpec::name().
+// Attention and KV-cache cases drawn at random from the whole option space of a call: lengths, batch or varlen
+// (empty sequences and unowned tail rows included), GQA/MQA, head dim, dtype, causal mask, sliding window,
+// softcap, softmax scale, memory layout, LSE and deterministic mode, all in one draw. The curated suites list each
+// feature on its own or in a few pairs; these cases put any of them together (varlen with GQA, a window, a softcap
+// and head-major tensors in one call), so that an interaction no one listed still meets the float64 reference. A
+// draw depends only on the generator's state: a suite seeds it with one printed seed (FLASHATTN_SEED repeats it)
+// and names each case by CaseSpec::name().
 #pragma once
 
 #include <algorithm>
@@ -28,7 +28,6 @@ struct RandomCaseRules {
   int64_t max_work = int64_t(12) << 20;
   int64_t max_heads_q = 8;
   bool negative_scale = true;  // the backend runs a negative softmax scale
-  bool head_major = true;      // tensors with heads outside rows (Layout::kHeadMajor, kBatchHeadMajor)
   // Cases for the backward: lse always, deterministic mode drawn. Their sequences are not as short. Where
   // every row sees a single key, the gradients are exactly 0 (dS = P (dP - D) with P = 1 and dP = D) and so is
   // the naive computation's (its D is formed from the same dP), while a kernel's D, formed from dO and O as
@@ -134,12 +133,8 @@ inline CaseSpec random_case(const RandomCaseRules& r, std::mt19937_64& rng, int 
     c.scale = float(std::uniform_real_distribution<double>(0.05, 1.0)(rng));
     if (r.negative_scale && d::chance(rng, 0.3)) c.scale = -c.scale;
   }
-  std::vector<Layout> layouts{Layout::kContiguous, Layout::kPadded};
-  if (r.head_major) {
-    layouts.push_back(Layout::kHeadMajor);
-    layouts.push_back(Layout::kBatchHeadMajor);
-  }
-  c.layout = d::pick(rng, layouts);
+  c.layout = d::pick(rng, std::vector<Layout>{Layout::kContiguous, Layout::kPadded, Layout::kHeadMajor,
+                                              Layout::kBatchHeadMajor});
   c.with_backward = r.backward;
   c.with_lse = r.backward || d::chance(rng, 0.8);
   c.deterministic = r.backward && d::chance(rng, 0.5);

@@ -360,4 +360,38 @@ TEST(CpuAttentionRandom, CombinedOptionsMatchTheReference) {
   }
 }
 
+// The same random combinations on the bf16 tile products (head dims that are multiples of 32, bf16 and
+// fp16): the portable emulation of the AMX layout on any machine, and AMX itself where the CPU has it.
+TEST(CpuAttentionRandom, CombinedOptionsOnTheTileProducts) {
+  const uint64_t seed = harness::pick_seed();
+  std::cout << "[cpu random cases, tile products] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
+  std::mt19937_64 rng(seed);
+  fa::testing::RandomCaseRules rules;
+  rules.dtypes = {DType::kBFloat16, DType::kFloat16};
+  rules.head_dims = {32, 64, 96, 128, 160, 192, 224, 256};
+  rules.backward = true;
+  for (Bf16Products products : {Bf16Products::kEmulated, Bf16Products::kAmx}) {
+    if (!fa::testing::bf16_products_runnable(products)) {
+      std::cout << "  " << fa::detail::cpu::bf16_products_name(products) << ": not on this CPU, skipped\n";
+      continue;
+    }
+    fa::testing::ScopedBf16Products scoped(products);
+    for (int i = 0; i < 16; ++i) {
+      const CaseSpec spec = fa::testing::random_case(rules, rng, i);
+      SCOPED_TRACE(std::string(fa::detail::cpu::bf16_products_name(products)) + " " + spec.name() + " (seed " +
+                   std::to_string(seed) + ")");
+      HostCase c(spec, rng);
+      fa::RunInfo info;
+      fa::Status s = fa::forward(c.args(), &info);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(info.kernel, expected_kernel("fwd", products));
+      ASSERT_NO_FATAL_FAILURE(expect_forward_matches(c));
+      s = fa::backward(c.backward_args(), &info);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(info.kernel, expected_kernel("bwd", products));
+      ASSERT_NO_FATAL_FAILURE(expect_backward_matches(c));
+    }
+  }
+}
+
 }  // namespace

@@ -59,18 +59,24 @@ void set_reference_forward(HostCase* h) {
   ASSERT_TRUE(h->set_forward_outputs(r.out, r.lse));
 }
 
-class Fa2Backward : public ::testing::TestWithParam<Case> {};
-
-TEST_P(Fa2Backward, MatchesFloat64Reference) {
-  FA_SKIP_WITHOUT_GPU();
-  const Case& c = GetParam();
-  std::mt19937_64 rng(flashattn::testing::announce_seed(c.label));
+// Case c on inputs drawn from rng: the backward from the reference forward's out and lse into poisoned
+// gradients, against the float64 reference.
+void check_backward_case(const Case& c, std::mt19937_64& rng) {
   HostCase h(c, rng);
   ASSERT_NO_FATAL_FAILURE(set_reference_forward(&h));
   reference::Result ref, naive;
   ASSERT_TRUE(reference::backward(h.backward_args(), reference::Precision::kFloat64, &ref).ok());
   ASSERT_TRUE(reference::backward(h.backward_args(), reference::Precision::kNaive, &naive).ok());
   ASSERT_NO_FATAL_FAILURE(flashattn::testing::expect_backward_matches_reference(&h, ref, naive, "fa2_bwd_sm80_"));
+}
+
+class Fa2Backward : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Fa2Backward, MatchesFloat64Reference) {
+  FA_SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  std::mt19937_64 rng(flashattn::testing::announce_seed(c.label));
+  check_backward_case(c, rng);
 }
 
 const char* dtype_tag(DType d) { return d == DType::kFloat16 ? "fp16" : "bf16"; }
@@ -246,12 +252,7 @@ TEST(Fa2BackwardRandom, CombinedOptions) {
     const Case c = flashattn::testing::random_case(rules, rng, i);
     SCOPED_TRACE(c.name() + " (seed " + std::to_string(seed) + ")");
     std::cout << "  " << c.name() << "\n";
-    HostCase h(c, rng);
-    ASSERT_NO_FATAL_FAILURE(set_reference_forward(&h));
-    reference::Result ref, naive;
-    ASSERT_TRUE(reference::backward(h.backward_args(), reference::Precision::kFloat64, &ref).ok());
-    ASSERT_TRUE(reference::backward(h.backward_args(), reference::Precision::kNaive, &naive).ok());
-    ASSERT_NO_FATAL_FAILURE(flashattn::testing::expect_backward_matches_reference(&h, ref, naive, "fa2_bwd_sm80_"));
+    ASSERT_NO_FATAL_FAILURE(check_backward_case(c, rng));
   }
 }
 
