@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/problem_params.cuh"
