@@ -115,6 +115,38 @@ TEST_P(KVCacheCpuPaths, EachPathMatchesTheReference) {
   }
 }
 
+// Random KV-cache cases (tests/common/random_case.h) on each forced path: any head dim and dtype, or on the
+// tile path the head dims and dtypes it takes (multiples of 32, bf16 and fp16), so that it runs every case.
+TEST_P(KVCacheCpuPaths, RandomCasesMatchTheReference) {
+  using fa::detail::cpu::DecodePath;
+  const ForcedPath forced = GetParam();
+  if (forced.path == DecodePath::kTiles && !fa::testing::bf16_products_runnable(forced.products))
+    GTEST_SKIP() << "this CPU (or this build) has no AMX bf16 tile multiplies";
+  const DecodePathScope scope(forced.path);
+  const fa::testing::ScopedBf16Products products(forced.products);
+  const uint64_t seed = harness::pick_seed();
+  std::cout << "[cpu random kv-cache cases, " << forced.name << "] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
+  std::mt19937_64 rng(seed);
+  fa::testing::RandomKVRules rules;
+  rules.head_dims = fa::testing::head_dims_up_to_256(1);
+  if (forced.path == DecodePath::kTiles) {
+    rules.dtypes = {DType::kBFloat16, DType::kFloat16};
+    rules.head_dims = fa::testing::head_dims_up_to_256(32);
+  }
+  rules.threads = true;
+  for (int i = 0; i < 24; ++i) {
+    const KVCaseSpec spec = fa::testing::random_kv_case(rules, rng);
+    SCOPED_TRACE(spec.name() + " (seed " + std::to_string(seed) + ")");
+    HostKVCase c(spec, rng);
+    const KVExpected e = expected_for(c);
+    fa::RunInfo info;
+    const fa::Status s = fa::forward_kvcache(c.args(), &info);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    if (forced.path == DecodePath::kTiles) EXPECT_NE(info.kernel.find("tiles"), std::string::npos) << info.kernel;
+    ASSERT_NO_FATAL_FAILURE(expect_result(c, e));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Forced, KVCacheCpuPaths,
     ::testing::Values(ForcedPath{fa::detail::cpu::DecodePath::kGathered, fa::detail::cpu::Bf16Products::kFp32, "Gathered"},
