@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/problem_params.cuh"
@@ -14,17 +13,18 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kBlocksPerSm = 8;
 
-// Rows [row_begin, row_begin + rows) of out, every head and column: 0 (the zero bits of fp16 and of bf16);
-// the lse of each (head, row): -inf. A grid-stride loop over the elements.
-__global__ void __launch_bounds__(kThreads) unowned_rows_kernel(const TensorParams out, const TensorParams lse,
-                                                                const int64_t row_begin, const int64_t rows,
-                                                                const int heads, const int head_dim) {
+// Rows [row_begin, row_begin + rows) of t, every head and its first head_dim columns: 0 (the zero bits of
+// fp16 and of bf16); where lse.ptr is set, the lse of each (head, row): -inf. A grid-stride loop over the
+// elements.
+__global__ void __launch_bounds__(kThreads) zero_rows_kernel(const TensorParams t, const TensorParams lse,
+                                                             const int64_t row_begin, const int64_t rows,
+                                                             const int heads, const int head_dim) {
   const int64_t n = rows * heads * head_dim;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int x = int(i % head_dim);
     const int h = int((i / head_dim) % heads);
     const int64_t r = row_begin + i / (int64_t(head_dim) * heads);
-    static_cast<uint16_t*>(out.ptr)[r * out.row_stride + h * out.head_stride + x] = 0;
+    static_cast<uint16_t*>(t.ptr)[r * t.row_stride + h * t.head_stride + x] = 0;
     if (x == 0 && lse.ptr != nullptr)
       static_cast<float*>(lse.ptr)[h * lse.head_stride + r * lse.row_stride] = -INFINITY;
   }
@@ -32,18 +32,31 @@ __global__ void __launch_bounds__(kThreads) unowned_rows_kernel(const TensorPara
 
 }  // namespace
 
-Status write_unowned_forward_rows(const detail::Problem& p, const Context& ctx) {
-  if (!p.varlen || p.cu_q.back() >= p.total_q || p.heads_q == 0 || p.head_dim == 0) return Status::Ok();
-  if (dtype_size(p.dtype) != 2)
-    return Status::Runtime(std::string("write_unowned_forward_rows: 16-bit outputs only, got ") + to_string(p.dtype));
-  const int64_t row_begin = p.cu_q.back(), rows = p.total_q - row_begin;
-  const int64_t n = rows * p.heads_q * p.head_dim;
+Status zero_rows(const detail::Strided& t, int64_t row_begin, int64_t row_end, int64_t heads, int64_t head_dim,
+                 const Context& ctx, const detail::Strided* lse) {
+  if (row_end <= row_begin || heads == 0 || head_dim == 0) return Status::Ok();
+  const int64_t rows = row_end - row_begin;
+  const int64_t n = rows * heads * head_dim;
   const int64_t blocks =
       std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(std::max(ctx.sm_count, 1)) * kBlocksPerSm);
-  unowned_rows_kernel<<<unsigned(blocks), kThreads, 0, ctx.stream>>>(to_params(p.out), to_params(p.lse), row_begin,
-                                                                     rows, int(p.heads_q), int(p.head_dim));
-  FA_CUDA_RETURN_IF_LAUNCH_ERROR("unowned_rows_kernel");
+  const TensorParams no_lse{};
+  zero_rows_kernel<<<unsigned(blocks), kThreads, 0, ctx.stream>>>(
+      to_params(t), lse != nullptr ? to_params(*lse) : no_lse, row_begin, rows, int(heads), int(head_dim));
+  FA_CUDA_RETURN_IF_LAUNCH_ERROR("zero_rows_kernel");
   return Status::Ok();
+}
+
+Status write_unowned_forward_rows(const detail::Problem& p, const Context& ctx) {
+  if (!p.varlen) return Status::Ok();
+  return zero_rows(p.out, p.cu_q.back(), p.total_q, p.heads_q, p.head_dim, ctx, p.lse.present() ? &p.lse : nullptr);
+}
+
+Status write_unowned_backward_rows(const detail::Problem& p, const Context& ctx) {
+  if (!p.varlen) return Status::Ok();
+  Status s = zero_rows(p.dq, p.cu_q.back(), p.total_q, p.heads_q, p.head_dim, ctx);
+  if (s.ok()) s = zero_rows(p.dk, p.cu_k.back(), p.total_k, p.heads_kv, p.head_dim, ctx);
+  if (s.ok()) s = zero_rows(p.dv, p.cu_k.back(), p.total_k, p.heads_kv, p.head_dim, ctx);
+  return s;
 }
 
 }  // namespace flashattn::cuda

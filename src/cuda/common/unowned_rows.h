@@ -1,15 +1,26 @@
-// Packed (varlen) rows after the last sequence of cu_seqlens_q belong to no sequence. The forward still
-// writes every element of its outputs there, as for a row that sees no key: out = 0 and lse = -inf. The
-// tile kernels (fa2, fa3) walk only the rows of sequences, so the launch writes these rows apart.
+// Packed (varlen) rows after the last sequence belong to no sequence. Every output still gets all of its
+// elements written there, as for a row that sees no key: the forward writes out = 0 and lse = -inf on the
+// query rows after cu_seqlens_q[batch], the backward zero dq there and zero dk and dv on the key rows after
+// cu_seqlens_k[batch]. The kernels walk the rows of sequences only, so the launches write these rows apart.
 #pragma once
+
+#include <cstdint>
 
 #include "api/problem.h"
 #include "cuda/launch.h"
 
 namespace flashattn::cuda {
 
-// out = 0 and lse = -inf (where lse is requested) on the rows [cu_seqlens_q[batch], total rows) of a varlen
-// problem, on ctx.stream; nothing to do (and no launch) otherwise. fp16 and bf16 outputs.
+// Zeros the first head_dim elements of rows [row_begin, row_end) x heads of a packed 16-bit tensor (and, where
+// lse is given, sets lse = -inf on those rows of every head), on ctx.stream; no launch for an empty range.
+Status zero_rows(const detail::Strided& t, int64_t row_begin, int64_t row_end, int64_t heads, int64_t head_dim,
+                 const Context& ctx, const detail::Strided* lse = nullptr);
+
+// out = 0 and lse = -inf (where lse is requested) on the query rows after the last sequence of a varlen
+// forward; nothing otherwise. fp16 and bf16 outputs.
 Status write_unowned_forward_rows(const detail::Problem& p, const Context& ctx);
+
+// Zero dq on the query rows after the last sequence, dk and dv on the key rows after it (varlen backward).
+Status write_unowned_backward_rows(const detail::Problem& p, const Context& ctx);
 
 }  // namespace flashattn::cuda

@@ -1,6 +1,7 @@
 // fa1 backward launches: D = rowsum(dO * O), the KV-outer kernel with dQ in an fp32 HBM workspace, and
 // the pass that writes dq in the input dtype.
 #include "cuda/common/problem_params.cuh"
+#include "cuda/common/unowned_rows.h"
 #include "cuda/sm80/fa1_bwd_kernel.cuh"
 #include "cuda/sm80/fa1_launch.cuh"
 
@@ -35,11 +36,12 @@ Status run_backward(const detail::Problem& p, const Context& ctx) {
     fa1_backward_kernel<T, Cfg><<<grid, Cfg::kThreads, smem, ctx.stream>>>(params, ws, vector_loads_ok(p));
     FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa1_backward_kernel");
   }
-  const int64_t tail_k = p.varlen ? p.total_k - p.cu_k.back() : 0;
-  if (tail_k > 0) {
-    const unsigned blocks = unsigned((tail_k * p.heads_kv + kRowWarps - 1) / kRowWarps);
-    fa1_zero_kv_rows_kernel<T><<<blocks, kRowWarps * kWarpSize, 0, ctx.stream>>>(params, p.cu_k.back(), tail_k);
-    FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa1_zero_kv_rows_kernel");
+  if (p.varlen) {
+    // Varlen key rows after the last sequence belong to no sequence: dk = dv = 0 there (dq's rows after it
+    // come out of the zeroed workspace through the finalize pass).
+    s = zero_rows(p.dk, p.cu_k.back(), p.total_k, p.heads_kv, p.head_dim, ctx);
+    if (s.ok()) s = zero_rows(p.dv, p.cu_k.back(), p.total_k, p.heads_kv, p.head_dim, ctx);
+    if (!s.ok()) return s;
   }
   if (head_rows > 0) {
     fa1_dq_finalize_kernel<T><<<row_blocks, kRowWarps * kWarpSize, 0, ctx.stream>>>(params, ws, kD);

@@ -236,20 +236,4 @@ __global__ void __launch_bounds__(kRowWarps * kWarpSize)
   for (int c = lane_id(); c < p.head_dim; c += kWarpSize) dq[c] = T(src[c] * p.scale);
 }
 
-// Varlen key rows [row0, row0 + rows) after the last sequence belong to no sequence: dk = dv = 0 there.
-template <typename T>
-__global__ void __launch_bounds__(kRowWarps * kWarpSize)
-    fa1_zero_kv_rows_kernel(AttnParams p, int64_t row0, int64_t rows) {
-  const int64_t item = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
-  if (item >= rows * p.heads_kv) return;
-  const int64_t row = row0 + item / p.heads_kv;
-  const int head = int(item % p.heads_kv);
-  T* dk = static_cast<T*>(p.dk.ptr) + row * p.dk.row_stride + int64_t(head) * p.dk.head_stride;
-  T* dv = static_cast<T*>(p.dv.ptr) + row * p.dv.row_stride + int64_t(head) * p.dv.head_stride;
-  for (int c = lane_id(); c < p.head_dim; c += kWarpSize) {
-    dk[c] = T(0.0f);
-    dv[c] = T(0.0f);
-  }
-}
-
 }  // namespace flashattn::cuda::fa1

@@ -7,10 +7,9 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/stream_buffer.h"
+#include "cuda/common/unowned_rows.h"
 #include "cuda/launch.h"
 #include "cuda/sm80/fa2_bwd_dkdv.cuh"
 #include "cuda/sm80/fa2_bwd_dq.cuh"
@@ -18,24 +17,7 @@
 
 namespace flashattn::cuda::fa2_bwd {
 
-constexpr int kElementwiseBlocksPerSm = 16;
-
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-inline unsigned elementwise_blocks(int64_t work_items, const Context& ctx) {
-  const int64_t want = ceil_div(work_items, kElementwiseThreads);
-  return unsigned(std::min<int64_t>(want, int64_t(std::max(ctx.sm_count, 1)) * kElementwiseBlocksPerSm));
-}
-
-template <typename T, int D>
-Status zero_tail_rows(const detail::Strided& t, int64_t row_begin, int64_t row_end, int64_t heads, const Context& ctx) {
-  if (row_end <= row_begin) return Status::Ok();
-  const int64_t items = (row_end - row_begin) * heads * (D / kChunkElems);
-  zero_rows_kernel<T, D><<<elementwise_blocks(items, ctx), kElementwiseThreads, 0, ctx.stream>>>(
-      to_params(t), row_begin, row_end, int(heads));
-  FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd zero_rows_kernel");
-  return Status::Ok();
-}
 
 // Workspace (stream-ordered, freed on every path), then the kernels in order on ctx.stream.
 template <typename T, int D>
@@ -95,14 +77,10 @@ Status run(const detail::Problem& p, const Context& ctx) {
     FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd postpass_kernel");
   }
 
-  if (p.varlen) {
-    // Packed rows after the last sequence belong to no sequence: their gradients are zero (the post-pass
-    // writes only the rows of sequences).
-    s = zero_tail_rows<T, D>(p.dk, p.cu_k.back(), p.total_k, p.heads_kv, ctx);
-    if (s.ok()) s = zero_tail_rows<T, D>(p.dv, p.cu_k.back(), p.total_k, p.heads_kv, ctx);
-    if (s.ok()) s = zero_tail_rows<T, D>(p.dq, p.cu_q.back(), p.total_q, p.heads_q, ctx);
-    if (!s.ok()) return s;
-  }
+  // Packed rows after the last sequence belong to no sequence: their gradients are zero (the post-pass
+  // writes only the rows of sequences).
+  s = write_unowned_backward_rows(p, ctx);
+  if (!s.ok()) return s;
   return buffer.release();
 }
 

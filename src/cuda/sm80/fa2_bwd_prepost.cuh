@@ -109,19 +109,4 @@ __global__ void __launch_bounds__(kElementwiseThreads) postpass_kernel(const Att
   }
 }
 
-// Zeros rows [row_begin, row_end) x heads of a packed (varlen) gradient tensor.
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kElementwiseThreads) zero_rows_kernel(const TensorParams t, const int64_t row_begin,
-                                                                        const int64_t row_end, const int heads) {
-  constexpr int kChunks = kHeadDim / kChunkElems;
-  const int64_t n = (row_end - row_begin) * heads * kChunks;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int c = int(i % kChunks);
-    const int h = int((i / kChunks) % heads);
-    const int64_t row = row_begin + i / (int64_t(kChunks) * heads);
-    *reinterpret_cast<uint4*>(static_cast<T*>(t.ptr) + row * t.row_stride + h * t.head_stride + c * kChunkElems) =
-        make_uint4(0u, 0u, 0u, 0u);
-  }
-}
-
 }  // namespace flashattn::cuda::fa2_bwd
