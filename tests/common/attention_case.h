@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cstdint>
+#include <iostream>
 #include <ostream>
 #include <random>
 #include <sstream>
@@ -97,6 +98,13 @@ std::string param_test_name(const ::testing::TestParamInfo<Spec>& info) {
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
+}
+
+// A seed from harness::pick_seed, printed with the case's label so a failure can be repeated.
+inline uint64_t announce_seed(const std::string& label) {
+  const uint64_t seed = harness::pick_seed();
+  std::cout << "[" << label << "] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
+  return seed;
 }
 
 // A q/k/v-like tensor of `shape` ([batch, rows, heads, d] or packed [rows, heads, d]) in `layout`.

@@ -334,13 +334,28 @@ TEST(CpuAttentionEdge, ReportsTheKernelThatRan) {
   EXPECT_EQ(harness::count_nan(c.out), c.out.numel()) << "check_supported must not run anything";
 }
 
+// Case `spec` on inputs drawn from rng: the forward, then the backward from its outputs, each against the
+// float64 reference; check_info(direction, info) looks at what ran ("fwd", "bwd").
+template <typename CheckInfo>
+void check_forward_then_backward(const CaseSpec& spec, std::mt19937_64& rng, CheckInfo check_info) {
+  HostCase c(spec, rng);
+  fa::RunInfo info;
+  fa::Status s = fa::forward(c.args(), &info);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  check_info("fwd", info);
+  ASSERT_NO_FATAL_FAILURE(expect_forward_matches(c));
+  s = fa::backward(c.backward_args(), &info);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  check_info("bwd", info);
+  ASSERT_NO_FATAL_FAILURE(expect_backward_matches(c));
+}
+
 // Every option at once, drawn at random (tests/common/random_case.h): any head dim up to 256, the three
 // dtypes, varlen with empty sequences and tail rows, GQA/MQA, causal, windows, softcap, scales of either
 // sign, strided and head-major tensors, LSE, deterministic mode. Forward, then the backward from its
 // outputs, each against the float64 reference.
 TEST(CpuAttentionRandom, CombinedOptionsMatchTheReference) {
-  const uint64_t seed = harness::pick_seed();
-  std::cout << "[cpu random cases] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
+  const uint64_t seed = fa::testing::announce_seed("cpu random cases");
   std::mt19937_64 rng(seed);
   fa::testing::RandomCaseRules rules;
   rules.head_dims = fa::testing::head_dims_up_to_256(1);
@@ -348,23 +363,17 @@ TEST(CpuAttentionRandom, CombinedOptionsMatchTheReference) {
   for (int i = 0; i < 40; ++i) {
     const CaseSpec spec = fa::testing::random_case(rules, rng, i);
     SCOPED_TRACE(spec.name() + " (seed " + std::to_string(seed) + ")");
-    HostCase c(spec, rng);
-    fa::RunInfo info;
-    fa::Status s = fa::forward(c.args(), &info);
-    ASSERT_TRUE(s.ok()) << s.to_string();
-    EXPECT_EQ(info.backend, fa::Backend::kCPU);
-    ASSERT_NO_FATAL_FAILURE(expect_forward_matches(c));
-    s = fa::backward(c.backward_args());
-    ASSERT_TRUE(s.ok()) << s.to_string();
-    ASSERT_NO_FATAL_FAILURE(expect_backward_matches(c));
+    const auto on_cpu = [](const std::string& dir, const fa::RunInfo& info) {
+      if (dir == "fwd") EXPECT_EQ(info.backend, fa::Backend::kCPU);
+    };
+    ASSERT_NO_FATAL_FAILURE(check_forward_then_backward(spec, rng, on_cpu));
   }
 }
 
 // The same random combinations on the bf16 tile products (head dims that are multiples of 32, bf16 and
 // fp16): the portable emulation of the AMX layout on any machine, and AMX itself where the CPU has it.
 TEST(CpuAttentionRandom, CombinedOptionsOnTheTileProducts) {
-  const uint64_t seed = harness::pick_seed();
-  std::cout << "[cpu random cases, tile products] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
+  const uint64_t seed = fa::testing::announce_seed("cpu random cases, tile products");
   std::mt19937_64 rng(seed);
   fa::testing::RandomCaseRules rules;
   rules.dtypes = {DType::kBFloat16, DType::kFloat16};
@@ -380,16 +389,10 @@ TEST(CpuAttentionRandom, CombinedOptionsOnTheTileProducts) {
       const CaseSpec spec = fa::testing::random_case(rules, rng, i);
       SCOPED_TRACE(std::string(fa::detail::cpu::bf16_products_name(products)) + " " + spec.name() + " (seed " +
                    std::to_string(seed) + ")");
-      HostCase c(spec, rng);
-      fa::RunInfo info;
-      fa::Status s = fa::forward(c.args(), &info);
-      ASSERT_TRUE(s.ok()) << s.to_string();
-      EXPECT_EQ(info.kernel, expected_kernel("fwd", products));
-      ASSERT_NO_FATAL_FAILURE(expect_forward_matches(c));
-      s = fa::backward(c.backward_args(), &info);
-      ASSERT_TRUE(s.ok()) << s.to_string();
-      EXPECT_EQ(info.kernel, expected_kernel("bwd", products));
-      ASSERT_NO_FATAL_FAILURE(expect_backward_matches(c));
+      const auto on_products = [&](const std::string& dir, const fa::RunInfo& info) {
+        EXPECT_EQ(info.kernel, expected_kernel(dir, products));
+      };
+      ASSERT_NO_FATAL_FAILURE(check_forward_then_backward(spec, rng, on_products));
     }
   }
 }

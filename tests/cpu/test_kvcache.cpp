@@ -61,6 +61,26 @@ TEST_P(KVCacheCpu, MatchesReferenceAndAppendsInPlace) {
 INSTANTIATE_TEST_SUITE_P(Shapes, KVCacheCpu, ::testing::ValuesIn(cases()),
                          fa::testing::param_test_name<KVCaseSpec>);
 
+// `count` random KV-cache cases (tests/common/random_case.h) drawn under `rules`, the seed announced under
+// `label`: each call against the reference, its caches appended in place; check_info(info) looks at what ran.
+template <typename CheckInfo>
+void check_random_kv_cases(const fa::testing::RandomKVRules& rules, int count, const std::string& label,
+                           CheckInfo check_info) {
+  const uint64_t seed = fa::testing::announce_seed(label);
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < count; ++i) {
+    const KVCaseSpec spec = fa::testing::random_kv_case(rules, rng);
+    SCOPED_TRACE(spec.name() + " (seed " + std::to_string(seed) + ")");
+    HostKVCase c(spec, rng);
+    const KVExpected e = expected_for(c);
+    fa::RunInfo info;
+    const fa::Status s = fa::forward_kvcache(c.args(), &info);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    check_info(info);
+    ASSERT_NO_FATAL_FAILURE(expect_result(c, e));
+  }
+}
+
 // Every path of the decode kernel on the same grid, head dims that fill whole vectors and ones that do not:
 // the K/V rows read in place (up to kInPlaceMaxRows stacked rows; the AVX-512 form where the CPU has it,
 // the portable loops otherwise), the bf16 tile products (AMX, and its portable emulation; bf16 and fp16
@@ -124,9 +144,6 @@ TEST_P(KVCacheCpuPaths, RandomCasesMatchTheReference) {
     GTEST_SKIP() << "this CPU (or this build) has no AMX bf16 tile multiplies";
   const DecodePathScope scope(forced.path);
   const fa::testing::ScopedBf16Products products(forced.products);
-  const uint64_t seed = harness::pick_seed();
-  std::cout << "[cpu random kv-cache cases, " << forced.name << "] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
-  std::mt19937_64 rng(seed);
   fa::testing::RandomKVRules rules;
   rules.head_dims = fa::testing::head_dims_up_to_256(1);
   if (forced.path == DecodePath::kTiles) {
@@ -134,17 +151,11 @@ TEST_P(KVCacheCpuPaths, RandomCasesMatchTheReference) {
     rules.head_dims = fa::testing::head_dims_up_to_256(32);
   }
   rules.threads = true;
-  for (int i = 0; i < 24; ++i) {
-    const KVCaseSpec spec = fa::testing::random_kv_case(rules, rng);
-    SCOPED_TRACE(spec.name() + " (seed " + std::to_string(seed) + ")");
-    HostKVCase c(spec, rng);
-    const KVExpected e = expected_for(c);
-    fa::RunInfo info;
-    const fa::Status s = fa::forward_kvcache(c.args(), &info);
-    ASSERT_TRUE(s.ok()) << s.to_string();
-    if (forced.path == DecodePath::kTiles) EXPECT_NE(info.kernel.find("tiles"), std::string::npos) << info.kernel;
-    ASSERT_NO_FATAL_FAILURE(expect_result(c, e));
-  }
+  check_random_kv_cases(rules, 24, std::string("cpu random kv-cache cases, ") + forced.name,
+                        [&](const fa::RunInfo& info) {
+                          if (forced.path == DecodePath::kTiles)
+                            EXPECT_NE(info.kernel.find("tiles"), std::string::npos) << info.kernel;
+                        });
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -411,23 +422,11 @@ TEST(KVCacheValidation, CApiMirrorsTheCall) {
 // dtypes, caches of unrelated lengths, contiguous or paged with any page size, appended tokens, GQA/MQA,
 // masks, softcap, split counts, worker counts, padded q.
 TEST(KVCacheCpuRandom, CombinedOptionsMatchTheReference) {
-  const uint64_t seed = harness::pick_seed();
-  std::cout << "[cpu random kv-cache cases] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
-  std::mt19937_64 rng(seed);
   fa::testing::RandomKVRules rules;
   rules.head_dims = fa::testing::head_dims_up_to_256(1);
   rules.threads = true;
-  for (int i = 0; i < 40; ++i) {
-    const KVCaseSpec spec = fa::testing::random_kv_case(rules, rng);
-    SCOPED_TRACE(spec.name() + " (seed " + std::to_string(seed) + ")");
-    HostKVCase c(spec, rng);
-    const KVExpected e = expected_for(c);
-    fa::RunInfo info;
-    const fa::Status s = fa::forward_kvcache(c.args(), &info);
-    ASSERT_TRUE(s.ok()) << s.to_string();
-    EXPECT_EQ(info.backend, fa::Backend::kCPU);
-    ASSERT_NO_FATAL_FAILURE(expect_result(c, e));
-  }
+  check_random_kv_cases(rules, 40, "cpu random kv-cache cases",
+                        [](const fa::RunInfo& info) { EXPECT_EQ(info.backend, fa::Backend::kCPU); });
 }
 
 }  // namespace

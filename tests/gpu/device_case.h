@@ -75,13 +75,6 @@ struct DeviceCase {
   CaseSpec spec_;
 };
 
-// A seed from harness::pick_seed, printed with the case's label so a failure can be repeated.
-inline uint64_t announce_seed(const std::string& label) {
-  const uint64_t seed = harness::pick_seed();
-  std::cout << "[" << label << "] seed " << seed << " (FLASHATTN_SEED to repeat)\n";
-  return seed;
-}
-
 inline void expect_kernel(const RunInfo& info, const std::string& prefix) {
   EXPECT_EQ(info.kernel.rfind(prefix, 0), 0u) << info.kernel << " does not start with " << prefix;
 }
