@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,15 +108,25 @@ struct ForcedPath {
   const char* name;
 };
 
-class KVCacheCpuPaths : public ::testing::TestWithParam<ForcedPath> {};
+// Each test runs with its path forced (and the tile path's products), skipped where the CPU cannot run it.
+class KVCacheCpuPaths : public ::testing::TestWithParam<ForcedPath> {
+ protected:
+  void SetUp() override {
+    if (forced().path == fa::detail::cpu::DecodePath::kTiles && !fa::testing::bf16_products_runnable(forced().products))
+      GTEST_SKIP() << "this CPU (or this build) has no AMX bf16 tile multiplies";
+    scope_.emplace(forced().path);
+    products_.emplace(forced().products);
+  }
+  const ForcedPath& forced() const { return GetParam(); }
+
+ private:
+  std::optional<DecodePathScope> scope_;
+  std::optional<fa::testing::ScopedBf16Products> products_;
+};
 
 TEST_P(KVCacheCpuPaths, EachPathMatchesTheReference) {
   using fa::detail::cpu::DecodePath;
-  const ForcedPath forced = GetParam();
-  if (forced.path == DecodePath::kTiles && !fa::testing::bf16_products_runnable(forced.products))
-    GTEST_SKIP() << "this CPU (or this build) has no AMX bf16 tile multiplies";
-  const DecodePathScope scope(forced.path);
-  const fa::testing::ScopedBf16Products products(forced.products);
+  const ForcedPath& forced = this->forced();
   const uint64_t seed = harness::pick_seed();
   std::mt19937_64 rng(seed);
   for (const KVCaseSpec& spec : path_cases()) {
@@ -139,11 +150,7 @@ TEST_P(KVCacheCpuPaths, EachPathMatchesTheReference) {
 // tile path the head dims and dtypes it takes (multiples of 32, bf16 and fp16), so that it runs every case.
 TEST_P(KVCacheCpuPaths, RandomCasesMatchTheReference) {
   using fa::detail::cpu::DecodePath;
-  const ForcedPath forced = GetParam();
-  if (forced.path == DecodePath::kTiles && !fa::testing::bf16_products_runnable(forced.products))
-    GTEST_SKIP() << "this CPU (or this build) has no AMX bf16 tile multiplies";
-  const DecodePathScope scope(forced.path);
-  const fa::testing::ScopedBf16Products products(forced.products);
+  const ForcedPath& forced = this->forced();
   fa::testing::RandomKVRules rules;
   rules.head_dims = fa::testing::head_dims_up_to_256(1);
   if (forced.path == DecodePath::kTiles) {
