@@ -169,6 +169,26 @@ TEST_P(GpuForward, VarlenWithEmptySequences) {
   check(c);
 }
 
+// A problem without a single key: every row's out is 0 and its lse -inf. Padded (seqlen_k 0, with and without
+// the causal mask) and varlen (every sequence without keys, and rows after the last sequence).
+TEST_P(GpuForward, NoKeyAtAll) {
+  for (int64_t d : algo().dims({64, 128, 256})) {
+    Case c = make("no-keys", DType::kBFloat16, d, 37, 0);
+    c.batch = 3;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    check(c);
+    c.causal = true;
+    c.dtype = DType::kFloat16;
+    check(c);
+  }
+  Case v = make("no-keys-varlen", DType::kBFloat16, 128, 0, 0);
+  v.lens_q = {3, 0, 20};
+  v.lens_k = {0, 0, 0};
+  v.varlen_tail_rows = 2;
+  check(v);
+}
+
 // Packed rows after the last sequence belong to no sequence: out 0 and lse -inf there, as for a row that sees
 // no key (the tile kernels walk only the rows of sequences; the launch writes these).
 TEST_P(GpuForward, VarlenRowsAfterTheLastSequence) {

@@ -15,6 +15,7 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/problem_params.cuh"
+#include "cuda/common/unowned_rows.h"
 #include "cuda/launch.h"
 #include "cuda/sm90/fa3_launch.cuh"
 
@@ -207,6 +208,9 @@ Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant vari
   Status s = fa3_supports(p, ctx, nullptr);
   if (!s.ok()) return s;
   if (p.batch == 0 || p.seqlen_q == 0) return Status::Ok();  // nothing to write
+  // No key at all: a tensor map cannot describe K and V without rows, and every row's result is known
+  // (out 0, lse -inf, as for any row that sees no key).
+  if (p.total_k == 0) return write_forward_without_keys(p, ctx);
   // The ablation variants exist for the benchmark's head dim only: one check for every kernel head dim.
   if (variant != Fa3Variant::kFull && p.head_dim != 128)
     return Status::NotSupported("algorithm fa3: the ablation variants are built for head_dim 128 only");
