@@ -296,6 +296,19 @@ TEST(CpuAttentionEdge, EmptyKeysAndEmptyBatch) {
   EXPECT_TRUE(fa::forward(e.args()).ok());
 }
 
+// The backward of a problem without keys writes dq = 0 on every row; of one without queries, dk = dv = 0.
+TEST(CpuAttentionEdge, BackwardWithoutKeysOrWithoutQueries) {
+  std::mt19937_64 rng(13);
+  for (auto [sq, sk] : {std::pair<int64_t, int64_t>{5, 0}, {0, 7}}) {
+    CaseSpec s = make(sq, sk, 16, DType::kBFloat16);
+    HostCase c(s, rng);
+    ASSERT_TRUE(fa::forward(c.args()).ok());
+    ASSERT_TRUE(fa::backward(c.backward_args()).ok());
+    for (const harness::HostTensor* t : {&c.dq, &c.dk, &c.dv})
+      for (int64_t i = 0; i < t->numel(); ++i) ASSERT_EQ(t->get(i), 0.0) << "sq " << sq << " sk " << sk;
+  }
+}
+
 TEST(CpuAttentionEdge, BackwardIsBitwiseDeterministicAcrossRunsAndThreadCounts) {
   const uint64_t seed = harness::pick_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

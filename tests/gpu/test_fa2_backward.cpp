@@ -91,8 +91,9 @@ std::vector<Case> all_cases() {
   struct Len {
     int64_t q, k;
   };
-  const Len kShapes[] = {{1, 1}, {17, 17}, {113, 113}, {1007, 1007}, {113, 203},
-                         {1023, 1024}, {1024, 1023}, {1, 239}, {799, 3}};
+  // {40, 0}: no key at all (dq 0); {0, 40}: no query at all (dk and dv 0).
+  const Len kShapes[] = {{1, 1}, {17, 17}, {113, 113}, {1007, 1007}, {113, 203}, {1023, 1024},
+                         {1024, 1023}, {1, 239}, {799, 3}, {40, 0}, {0, 40}};
   for (DType dt : kDtypes) {
     // Every shape at d = 128, with and without the causal mask (seqlen_q > seqlen_k leaves rows that see no key).
     for (const Len& l : kShapes)
@@ -223,7 +224,8 @@ std::vector<Case> all_cases() {
                       nm.find("window") != std::string::npos || nm.find("softcap") != std::string::npos ||
                       nm.find("gqa") != std::string::npos || nm.find("varlen") != std::string::npos ||
                       nm.find("without_keys") != std::string::npos || nm.find("sq1_") != std::string::npos ||
-                      nm.find("sq799") != std::string::npos || nm.find("strided") != std::string::npos;
+                      nm.find("sq799") != std::string::npos || nm.find("strided") != std::string::npos ||
+                      nm.find("_sk0") != std::string::npos || nm.find("_sq0_") != std::string::npos;
     if (!pick) continue;
     Case c = cases[i];
     c.deterministic = true;

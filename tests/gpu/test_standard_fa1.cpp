@@ -122,7 +122,9 @@ std::vector<Case> all_cases() {
       struct Len {
         int64_t q, k;
       };
-      for (Len l : {Len{1, 1}, Len{17, 17}, Len{113, 113}, Len{113, 203}, Len{1, 239}, Len{799, 3}})
+      // {40, 0}: no key at all (out 0, lse -inf, dq 0); {0, 40}: no query at all (dk and dv 0).
+      for (Len l : {Len{1, 1}, Len{17, 17}, Len{113, 113}, Len{113, 203}, Len{1, 239}, Len{799, 3}, Len{40, 0},
+                    Len{0, 40}})
         for (bool causal : {false, true}) {
           Case c = base_case();
           c.seqlen_q = l.q;
