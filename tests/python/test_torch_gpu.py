@@ -142,6 +142,35 @@ def test_varlen_with_empty_sequences(gen):
     tref.assert_close("lse", lse, oracle_lse, naive_lse.float(), torch.float32)
 
 
+@pytest.mark.parametrize("algo", ALGOS)
+def test_no_key_at_all(gen, algo):
+    """Keys of length 0 (padded, and varlen sequences all without keys) into NaN-filled outputs: out 0,
+    lse -inf, dq 0. An empty storage reaches the library as a placeholder address that no kernel may touch."""
+    dtype = torch.bfloat16
+    if not cuda_supports(algo, dtype, 128):
+        pytest.skip(f"capabilities(): no CUDA algorithm '{algo}' for bf16 head_dim 128")
+    nan = float("nan")
+    for varlen in (False, True):
+        q = randn(gen, (7, 4, 128) if varlen else (2, 5, 4, 128), dtype)
+        k = randn(gen, (0, 2, 128) if varlen else (2, 0, 2, 128), dtype)
+        lens = {}
+        if varlen:
+            lens = dict(cu_seqlens_q=torch.tensor([0, 3, 7], dtype=torch.int32, device=DEVICE),
+                        cu_seqlens_k=torch.zeros(3, dtype=torch.int32, device=DEVICE), max_seqlen_q=4)
+        out = torch.full_like(q, nan)
+        lse = torch.full((4, 7) if varlen else (2, 4, 5), nan, device=DEVICE)
+        info = flashattn.forward(q, k, k, out, lse, algo=algo, **lens)
+        assert info.algo == algo or algo == "auto"
+        assert torch.equal(out, torch.zeros_like(out)), f"varlen={varlen}"
+        assert bool(torch.all(lse == float("-inf"))), f"varlen={varlen}"
+        if not cuda_supports(algo, dtype, 128, backward=True) or algo == "fa3":
+            continue
+        dq, dk = torch.full_like(q, nan), torch.empty_like(k)
+        flashattn.backward(randn(gen, q.shape, dtype), q, k, k, out, lse, dq, dk, torch.empty_like(k), algo=algo,
+                           **lens)
+        assert torch.equal(dq, torch.zeros_like(dq)), f"varlen={varlen}"
+
+
 def test_runs_on_the_current_stream(gen):
     """The input is written on a side stream after a long sleep there; a kernel launched anywhere but on
     that stream would read the old values."""
