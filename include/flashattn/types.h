@@ -25,7 +25,8 @@ const char* to_string(Device device);
 int64_t dtype_size(DType dtype);
 
 // A non-owning view of a strided tensor. Strides are in elements, not bytes. A view with data == nullptr
-// is "absent" (for optional arguments such as lse or cu_seqlens).
+// is "absent" (for optional arguments such as lse or cu_seqlens). The strides of a view without elements
+// address nothing and are not checked (frameworks report any value there, numpy zeros).
 struct TensorView {
   static constexpr int kMaxDims = 4;
 

@@ -59,6 +59,7 @@ int64_t TensorView::numel() const {
 }
 
 bool TensorView::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to be out of place
   int64_t expected = 1;
   for (int i = ndim - 1; i >= 0; --i) {
     if (shape[i] > 1 && stride[i] != expected) return false;

@@ -44,7 +44,8 @@ Status check_softmax_options(const Args& a, int64_t head_dim, float* scale);
 template <typename Args>
 Status check_execution_options(const Args& a);
 
-// Checks that every present pointer is memory of its declared kind (only possible where CUDA is built).
+// Checks that every present pointer of a view with elements is memory of its declared kind (only possible where
+// CUDA is built).
 Status check_locations(std::initializer_list<std::pair<const char*, const TensorView*>> tensors);
 
 }  // namespace flashattn::detail

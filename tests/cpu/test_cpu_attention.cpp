@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
@@ -294,6 +295,25 @@ TEST(CpuAttentionEdge, EmptyKeysAndEmptyBatch) {
   empty.batch = 0;
   HostCase e(empty, rng);
   EXPECT_TRUE(fa::forward(e.args()).ok());
+}
+
+// A view without elements addresses nothing: its strides are not checked (numpy reports 0 for every stride of
+// an empty array, the last dimension's included).
+TEST(CpuAttentionEdge, EmptyViewsWithZeroStrides) {
+  std::mt19937_64 rng(14);
+  HostCase c(make(5, 0, 16, DType::kFloat32), rng);
+  fa::AttentionArgs a = c.args();
+  for (fa::TensorView* t : {&a.k, &a.v}) std::fill(std::begin(t->stride), std::end(t->stride), int64_t(0));
+  ASSERT_TRUE(fa::forward(a).ok());
+  for (int64_t i = 0; i < c.out.numel(); ++i) ASSERT_EQ(c.out.get(i), 0.0);
+  HostCase e(make(0, 7, 16, DType::kFloat32), rng);
+  fa::BackwardArgs b = e.backward_args();
+  for (fa::TensorView* t : {&b.fwd.q, &b.fwd.out, &b.fwd.lse, &b.dout, &b.dq})
+    std::fill(std::begin(t->stride), std::end(t->stride), int64_t(0));
+  ASSERT_TRUE(fa::forward(b.fwd).ok());
+  ASSERT_TRUE(fa::backward(b).ok());
+  for (const harness::HostTensor* t : {&e.dk, &e.dv})
+    for (int64_t i = 0; i < t->numel(); ++i) ASSERT_EQ(t->get(i), 0.0);
 }
 
 // The backward of a problem without keys writes dq = 0 on every row; of one without queries, dk = dv = 0.

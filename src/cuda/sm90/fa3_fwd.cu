@@ -180,6 +180,7 @@ Status fa3_supports(const detail::Problem& p, const Context& ctx, std::string* k
     return Status::NotSupported("algorithm fa3: seqlen_q + seqlen_k must stay below 2^31 - 256");
   // out too: the epilogue writes it with 16-byte stores.
   for (const ForwardOperand& o : forward_operands(p)) {
+    if (o.rows == 0) continue;  // never loaded or stored (a problem without keys writes its rows apart)
     Status st = check_tma_operand(o.name, *o.s, o.rows, o.heads, p.batch, p.varlen);
     if (!st.ok()) return st;
   }
