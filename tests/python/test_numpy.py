@@ -191,6 +191,132 @@ def test_deterministic_backward_is_bitwise_reproducible(rng):
             assert a.tobytes() == b.tobytes()
 
 
+# ---- random combinations of every option through the low-level calls ---------------------------------------
+
+
+def strided_like(rng, shape, dtype, fill):
+    """(view, storage): a view of `shape` on a `fill`-filled storage of one of five kinds, drawn: contiguous,
+    rows padded past the head dim, every other head of a wider buffer, heads outermost ([.., h, s, d] seen as
+    [.., s, h, d]), or behind one leading entry (an offset)."""
+    kind = int(rng.integers(5))
+    if kind == 1:
+        storage = np.full(shape[:-1] + (shape[-1] + int(rng.integers(1, 9)),), fill, dtype)
+        return storage[..., :shape[-1]], storage
+    if kind == 2:
+        storage = np.full(shape[:-2] + (2 * shape[-2], shape[-1]), fill, dtype)
+        return storage[..., ::2, :], storage
+    if kind == 3:
+        lead = len(shape) - 3
+        perm = tuple(range(lead)) + (lead + 1, lead, lead + 2)
+        storage = np.full(tuple(shape[i] for i in perm), fill, dtype)
+        return storage.transpose(perm), storage
+    if kind == 4:
+        storage = np.full((shape[0] + 1,) + tuple(shape[1:]), fill, dtype)
+        return storage[1:], storage
+    storage = np.full(shape, fill, dtype)
+    return storage, storage
+
+
+def strided_input(rng, shape, dtype):
+    view, _ = strided_like(rng, shape, dtype, 0)
+    view[...] = randn(rng, shape, dtype)
+    return view
+
+
+def written_within(view, storage):
+    """Every element of the view written (no NaN left) and none of the storage around it."""
+    return not np.isnan(view).any() and int(np.isnan(storage).sum()) == storage.size - view.size
+
+
+def draw_case(rng, backward):
+    """One call's options, drawn (as tests/common/random_case.h draws the C++ suites' cases): lengths 1, short
+    or up to 96 (at least 16 for the backward, whose tolerance rule needs a few rows and keys, see
+    docs/testing.md), batch or varlen with empty sequences and rows after the last one, GQA/MQA, head dims up
+    to 256 (not only multiples of 8), float32 and float16, causal, windows, softcap, scales of either sign,
+    LSE or not, worker counts."""
+    low = 16 if backward else 1
+
+    def length(allow_zero):
+        r = rng.random()
+        if allow_zero and r < 0.12:
+            return 0
+        return int(rng.integers(low, 17 if r < 0.35 and low < 16 else 97))
+
+    c = dict(dtype=[np.float32, np.float16][int(rng.integers(2))],
+             d=int(rng.choice([8, 16, 20, 32, 40, 64, 72, 96, 128, 160, 256])), hkv=int(rng.integers(1, 4)))
+    c["hq"] = c["hkv"] * int(rng.choice([1, 1, 2, 4]))
+    if rng.random() < 0.35:
+        n = int(rng.integers(1, 5))
+        c["lens"] = ([length(True) for _ in range(n)], [length(True) for _ in range(n)])
+        c["tail"] = (int(rng.integers(1, 4)), int(rng.integers(0, 4))) if rng.random() < 0.3 else (0, 0)
+    else:
+        c["batch"], sq = int(rng.integers(1, 4)), length(False)
+        c["sq"], c["sk"] = sq, sq if rng.random() < 0.25 else length(False)
+    reach = 1 if backward else 0  # the backward's windows reach a key on each side
+    left = right = -1
+    if rng.random() < 0.3:
+        left = int(rng.integers(reach, 33)) if rng.random() < 0.7 else -1
+        right = int(rng.integers(reach, 33)) if left < 0 or rng.random() < 0.6 else -1
+    c["opts"] = dict(causal=bool(rng.random() < 0.4), window=(left, right),
+                     softcap=float(rng.uniform(1, 20)) if rng.random() < 0.25 else 0.0,
+                     scale=None if rng.random() < 0.6 else float(rng.choice([-1.0, 1.0]) * rng.uniform(0.05, 0.5)))
+    c["with_lse"] = backward or rng.random() < 0.7
+    c["deterministic"] = bool(rng.random() < 0.5)
+    c["num_threads"] = int(rng.integers(0, 4))
+    return c
+
+
+def random_call(rng, c, backward):
+    """Runs the drawn case through flashattn.forward (and .backward) on strided views and checks every output
+    against the oracle by the tolerance rule, and that nothing outside the output views was written."""
+    dtype, d, hq, hkv, opts = c["dtype"], c["d"], c["hq"], c["hkv"], dict(c["opts"])
+    varlen = "lens" in c
+    if varlen:
+        cu_q = np.concatenate([[0], np.cumsum(c["lens"][0])]).astype(np.int32)
+        cu_k = np.concatenate([[0], np.cumsum(c["lens"][1])]).astype(np.int32)
+        q_shape, k_shape = (int(cu_q[-1]) + c["tail"][0], hq, d), (int(cu_k[-1]) + c["tail"][1], hkv, d)
+        opts.update(cu_q=cu_q, cu_k=cu_k)
+        extra = dict(max_seqlen_q=max(c["lens"][0]), max_seqlen_k=max(c["lens"][1]))
+        lse_shape = (hq, q_shape[0])
+    else:
+        q_shape, k_shape = (c["batch"], c["sq"], hq, d), (c["batch"], c["sk"], hkv, d)
+        extra = {}
+        lse_shape = (c["batch"], hq, c["sq"])
+    q, k, v = strided_input(rng, q_shape, dtype), strided_input(rng, k_shape, dtype), strided_input(rng, k_shape, dtype)
+    api = dict(_api(opts), num_threads=c["num_threads"], **extra)
+    out, out_storage = strided_like(rng, q_shape, dtype, np.nan)
+    lse = np.full(lse_shape, np.nan, np.float32) if c["with_lse"] else None
+    assert flashattn.forward(q, k, v, out, lse, **api).backend == "cpu"
+    assert written_within(out, out_storage), "out: unwritten elements, or writes outside its view"
+    oracle_out, oracle_lse = ref.forward(q, k, v, **opts)
+    naive_out, naive_lse = ref.forward(q, k, v, prec=ref.naive_precision(dtype), **opts)
+    if varlen:  # the rows after the last sequence: lse -inf, as for rows that see no key
+        oracle_lse[:, cu_q[-1]:] = naive_lse[:, cu_q[-1]:] = -np.inf
+    ref.assert_close("out", out, oracle_out, naive_out, dtype)
+    if lse is not None:
+        ref.assert_close("lse", lse, oracle_lse, naive_lse, dtype)
+        assert np.array_equal(np.isneginf(lse), np.isneginf(oracle_lse)), "lse: -inf on other rows than the oracle's"
+    if not backward:
+        return
+    dout = strided_input(rng, q_shape, dtype)
+    grads = [strided_like(rng, t.shape, dtype, np.nan) for t in (q, k, v)]
+    info = flashattn.backward(dout, q, k, v, out, lse, *(g for g, _ in grads), deterministic=c["deterministic"], **api)
+    assert info.backend == "cpu"
+    for name, (got, storage) in zip(("dq", "dk", "dv"), grads):
+        assert written_within(got, storage), f"{name}: unwritten elements, or writes outside its view"
+    check_backward(q, k, v, dout, [g for g, _ in grads], dtype, **opts)
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_random_combinations_of_every_option(rng, backward):
+    for i in range(30):
+        c = draw_case(rng, backward)
+        try:
+            random_call(rng, c, backward)
+        except AssertionError as e:
+            raise AssertionError(f"case {i}: {c}: {e}") from e
+
+
 # ---- errors: the exception type follows the Status code, the message is the library's ----------------------
 
 
