@@ -209,12 +209,12 @@ Status fa3_forward(const detail::Problem& p, const Context& ctx, Fa3Variant vari
   Status s = fa3_supports(p, ctx, nullptr);
   if (!s.ok()) return s;
   if (p.batch == 0 || p.seqlen_q == 0) return Status::Ok();  // nothing to write
-  // No key at all: a tensor map cannot describe K and V without rows, and every row's result is known
-  // (out 0, lse -inf, as for any row that sees no key).
-  if (p.total_k == 0) return write_forward_without_keys(p, ctx);
   // The ablation variants exist for the benchmark's head dim only: one check for every kernel head dim.
   if (variant != Fa3Variant::kFull && p.head_dim != 128)
     return Status::NotSupported("algorithm fa3: the ablation variants are built for head_dim 128 only");
+  // No key at all: a tensor map cannot describe K and V without rows, and every row's result is known
+  // (out 0, lse -inf, as for any row that sees no key).
+  if (p.total_k == 0) return write_forward_without_keys(p, ctx);
   switch (fa3::fa3_kernel_head_dim(p.head_dim)) {
     case 64: return fa3::launch_hd64(p, ctx);
     case 128: return fa3::launch_hd128(p, ctx, variant);
