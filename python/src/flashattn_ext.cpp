@@ -107,10 +107,11 @@ TensorView to_view(const char* name, const Array& a) {
     t.stride[i] = a.stride(size_t(i));
   }
   // An empty tensor may legitimately have no storage; give it a non-null address so it counts as
-  // present (nothing is ever read from or written to a tensor of zero elements).
+  // present (nothing is ever read from or written to a tensor of zero elements). Aligned as any kernel's
+  // loads want their bases (16 bytes for cp.async and TMA), so that no alignment rule refuses it.
   if (t.data == nullptr && t.numel() == 0) {
-    static double empty_storage;
-    t.data = &empty_storage;
+    alignas(256) static unsigned char empty_storage[256];
+    t.data = empty_storage;
   }
   return t;
 }
