@@ -97,8 +97,9 @@ def assert_bytes_equal(name, got, want):
     assert got.tobytes() == want.tobytes(), f"{name}: the cache differs from the old cache plus the new tokens"
 
 
-def run_case(rng, dtype, seqlen_q, seqlen_new, heads_q, heads_kv, page_size, as_int=False, **options):
-    lengths = (37,) * 3 if as_int else CACHE_LENGTHS
+def run_case(rng, dtype, seqlen_q, seqlen_new, heads_q, heads_kv, page_size, as_int=False, lengths=None,
+             **options):
+    lengths = lengths if lengths is not None else (37,) * 3 if as_int else CACHE_LENGTHS
     final_lengths = [n + seqlen_new for n in lengths]
     batch = len(lengths)
     cache = Cache(rng, dtype, lengths, final_lengths, heads_kv, page_size)
@@ -147,6 +148,33 @@ def test_matches_reference(rng, layout, seqlen_q, seqlen_new, causal, dtype):
     # (causal rows see at least the keys up to their own position).
     assert dead[0].all() == (seqlen_new == 0)
     assert not dead[1:].any() or (causal and seqlen_q > 1)
+
+
+def test_random_combinations(rng):
+    """Calls drawn from every option at once: batch 1-4 of caches of unrelated lengths (empty ones, full ones),
+    contiguous or paged (pages of 1 to 128 tokens), 1-6 queries, 0-4 appended tokens, GQA/MQA, float32 and
+    float16, causal, windows, softcap, scales of either sign, forced or heuristic splits."""
+    for i in range(40):
+        seqlen_q, seqlen_new = int(rng.integers(1, 7)), int(rng.integers(0, 5))
+        lengths = [int(rng.choice([0, 1, int(rng.integers(0, CAPACITY - seqlen_new + 1)), CAPACITY - seqlen_new]))
+                   for _ in range(int(rng.integers(1, 5)))]
+        heads = list(HEADS.values())[int(rng.integers(len(HEADS)))]
+        options = dict(causal=bool(rng.random() < 0.5), num_splits=int(rng.choice([0, 0, 1, 2, 5])))
+        if rng.random() < 0.3:
+            options["window_size"] = (int(rng.integers(-1, 40)), int(rng.integers(-1, 40)))
+        if rng.random() < 0.25:
+            options["softcap"] = float(rng.uniform(1, 20))
+        if rng.random() < 0.3:
+            options["softmax_scale"] = float(rng.choice([-1.0, 1.0]) * rng.uniform(0.05, 0.5))
+        layout = list(LAYOUTS.values())[int(rng.integers(len(LAYOUTS)))] if rng.random() < 0.6 else \
+            int(rng.choice([2, 32, 64, 128]))
+        dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+        case = dict(seqlen_q=seqlen_q, seqlen_new=seqlen_new, lengths=lengths, heads=heads, layout=layout,
+                    dtype=np.dtype(dtype).name, **options)
+        try:
+            run_case(rng, dtype, seqlen_q, seqlen_new, *heads, layout, lengths=lengths, **options)
+        except AssertionError as e:
+            raise AssertionError(f"case {i}: {case}: {e}") from e
 
 
 @pytest.mark.parametrize("heads", HEADS.values(), ids=HEADS.keys())
