@@ -164,7 +164,7 @@ Status cuda_forward(const Problem& p, RunInfo* info) {
     case Algorithm::kStandard: return cuda::standard_forward(p, ctx);
     case Algorithm::kFA1: return cuda::fa1_forward(p, ctx);
     // The tile kernels walk the rows of sequences only: the packed rows after the last one are written apart
-    // (standard and fa1 write them themselves).
+    // (standard and fa1's finalize pass write them themselves).
     case Algorithm::kFA2: s = cuda::fa2_forward(p, ctx); break;
     case Algorithm::kFA3: s = cuda::fa3_forward(p, ctx); break;
     default: return Status::NotSupported(std::string("algorithm ") + to_string(info->algorithm) + ": not built");
@@ -179,10 +179,12 @@ Status cuda_backward(const Problem& p, RunInfo* info) {
   if (!s.ok()) return s;
   switch (info->algorithm) {
     case Algorithm::kStandard: return cuda::standard_backward(p, ctx);
-    case Algorithm::kFA1: return cuda::fa1_backward(p, ctx);
-    case Algorithm::kFA2: return cuda::fa2_backward(p, ctx);
+    // As in the forward: the packed rows after the last sequence are written apart (standard writes its own).
+    case Algorithm::kFA1: s = cuda::fa1_backward(p, ctx); break;
+    case Algorithm::kFA2: s = cuda::fa2_backward(p, ctx); break;
     default: return Status::NotSupported(std::string("algorithm ") + to_string(info->algorithm) + ": not built");
   }
+  return s.ok() ? cuda::write_unowned_backward_rows(p, ctx) : s;
 }
 
 // The public variant is handed to the kernel's own enum by value: both must list the variants in one order.

@@ -25,6 +25,9 @@ Status standard_supports(const detail::Problem& p, const Context& ctx, std::stri
 Status standard_forward(const detail::Problem& p, const Context& ctx);
 Status standard_backward(const detail::Problem& p, const Context& ctx);
 
+// The fa1 and fa2 backwards and the fa2 and fa3 forwards write the rows of sequences only; the caller writes the
+// packed rows after the last one (cuda/common/unowned_rows.h).
+
 // `fa1`: FlashAttention-1 loop order, KV tiles outer, Q tiles inner, O and row stats in HBM (sm80/).
 Status fa1_supports(const detail::Problem& p, const Context& ctx, std::string* kernel);
 Status fa1_forward(const detail::Problem& p, const Context& ctx);

@@ -1,7 +1,6 @@
 // fa1 backward launches: D = rowsum(dO * O), the KV-outer kernel with dQ in an fp32 HBM workspace, and
 // the pass that writes dq in the input dtype.
 #include "cuda/common/problem_params.cuh"
-#include "cuda/common/unowned_rows.h"
 #include "cuda/sm80/fa1_bwd_kernel.cuh"
 #include "cuda/sm80/fa1_launch.cuh"
 
@@ -35,13 +34,6 @@ Status run_backward(const detail::Problem& p, const Context& ctx) {
     const dim3 grid(unsigned(p.heads_kv), unsigned(p.batch));
     fa1_backward_kernel<T, Cfg><<<grid, Cfg::kThreads, smem, ctx.stream>>>(params, ws, vector_loads_ok(p));
     FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa1_backward_kernel");
-  }
-  if (p.varlen) {
-    // Varlen key rows after the last sequence belong to no sequence: dk = dv = 0 there (dq's rows after it
-    // come out of the zeroed workspace through the finalize pass).
-    s = zero_rows(p.dk, p.cu_k.back(), p.total_k, p.heads_kv, p.head_dim, ctx);
-    if (s.ok()) s = zero_rows(p.dv, p.cu_k.back(), p.total_k, p.heads_kv, p.head_dim, ctx);
-    if (!s.ok()) return s;
   }
   if (head_rows > 0) {
     fa1_dq_finalize_kernel<T><<<row_blocks, kRowWarps * kWarpSize, 0, ctx.stream>>>(params, ws, kD);

@@ -9,7 +9,6 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/stream_buffer.h"
-#include "cuda/common/unowned_rows.h"
 #include "cuda/launch.h"
 #include "cuda/sm80/fa2_bwd_dkdv.cuh"
 #include "cuda/sm80/fa2_bwd_dq.cuh"
@@ -77,10 +76,6 @@ Status run(const detail::Problem& p, const Context& ctx) {
     FA_CUDA_RETURN_IF_LAUNCH_ERROR("fa2_bwd postpass_kernel");
   }
 
-  // Packed rows after the last sequence belong to no sequence: their gradients are zero (the post-pass
-  // writes only the rows of sequences).
-  s = write_unowned_backward_rows(p, ctx);
-  if (!s.ok()) return s;
   return buffer.release();
 }
 
